@@ -1,0 +1,52 @@
+"""leasekeeper: keep queue messages invisible while workers process them.
+
+A LeaseManager registers each received message and one background scheduler
+renews every message whose remaining invisibility drops under a threshold, so a
+queue can use a short visibility timeout (fast failover when a worker dies) and
+still run long jobs (no second worker grabs a message that is being processed).
+"""
+
+from leasekeeper.backends.base import Backend, Handle, Message, Outcome
+from leasekeeper.config import LeaseConfig
+from leasekeeper.decorator import leased
+from leasekeeper.defaults import configure, default_manager, lease, shutdown
+from leasekeeper.errors import (
+    BackendError,
+    ConfigError,
+    LeaseError,
+    LeaseLost,
+    LeaseTooShort,
+    ManagerClosed,
+)
+from leasekeeper.lease import Lease, LeaseState
+from leasekeeper.manager import LeaseManager, LeaseScope, Stats
+from leasekeeper.worker import Worker, WorkerStats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "ConfigError",
+    "Handle",
+    "Lease",
+    "LeaseConfig",
+    "LeaseError",
+    "LeaseLost",
+    "LeaseManager",
+    "LeaseScope",
+    "LeaseState",
+    "LeaseTooShort",
+    "ManagerClosed",
+    "Message",
+    "Outcome",
+    "Stats",
+    "Worker",
+    "WorkerStats",
+    "__version__",
+    "configure",
+    "default_manager",
+    "lease",
+    "leased",
+    "shutdown",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from leasekeeper.cli import main
+
+sys.exit(main())

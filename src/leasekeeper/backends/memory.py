@@ -1,0 +1,320 @@
+"""MemoryQueue: an in-process queue with real visibility semantics.
+
+It behaves like the services leasekeeper talks to, on an injectable clock: a
+received message is hidden for its visibility timeout and comes back when that
+runs out; every receive issues a new receipt and makes the previous one stale;
+with ``rotate_receipts=True`` every extend does too (as MNS and Azure do), so a
+stale receipt is rejected exactly where the real service would reject it.
+
+It is the demo's backend and a tool for your own tests: ``send`` messages, run
+your worker, then look at ``deleted_ids``, ``visible_count()``, ``receive_counts``
+and the per-operation call counters.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import threading
+from collections import Counter, deque
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from leasekeeper.backends.base import OK, Handle, Message, Outcome
+from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
+
+
+class MemoryRecord(NamedTuple):
+    """What ``MemoryQueue.receive`` puts in ``Message.raw``: the queue's "native"
+    message, as an SDK would return it. ``adopt`` turns one back into a Message."""
+
+    id: str
+    body: str | bytes
+    receipt: str
+    receive_count: int
+    received_at: float
+    visibility_timeout: float
+
+    def __repr__(self) -> str:
+        return (
+            f"MemoryRecord(id={self.id!r}, receive_count={self.receive_count}, receipt=<redacted>)"
+        )
+
+
+class _Stored:
+    __slots__ = (
+        "body",
+        "cap_at",
+        "id",
+        "in_ready",
+        "receipt",
+        "receive_count",
+        "version",
+        "visible_at",
+    )
+
+    def __init__(self, id: str, body: str | bytes, visible_at: float) -> None:
+        self.id = id
+        self.body = body
+        self.receipt = ""  # none until first received
+        self.visible_at = visible_at
+        self.receive_count = 0
+        self.version = 0  # bumped whenever visible_at changes; stale heap entries skip
+        self.in_ready = False
+        self.cap_at: float | None = None
+
+
+class MemoryQueue:
+    """An in-memory queue. Thread-safe.
+
+    ``visibility_timeout`` is the queue's default for receives. ``max_visibility``
+    caps a single extend; ``visibility_cap`` (optional) caps the total
+    invisibility after each receive, like SQS's 12 hours, so a lease that reaches
+    it is reported "capped". ``max_batch`` is how many entries one call takes.
+    """
+
+    def __init__(
+        self,
+        visibility_timeout: float = 30.0,
+        *,
+        clock: Clock | None = None,
+        rotate_receipts: bool = False,
+        max_visibility: float = 43200.0,
+        max_batch: int = 10,
+        visibility_cap: float | None = None,
+        name: str = "memory",
+    ) -> None:
+        if not visibility_timeout > 0:
+            raise ValueError(f"visibility_timeout must be > 0, got {visibility_timeout!r}")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch!r}")
+        self.visibility_timeout = float(visibility_timeout)
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        self.rotates_receipts = rotate_receipts
+        self.max_visibility = float(max_visibility)
+        self.max_batch = max_batch
+        self.visibility_cap = visibility_cap
+        self.name = name
+        self._driven = isinstance(self.clock, DrivenClock)
+        # Guards every record and index below; receivers long-poll on it.
+        self._lock = threading.Condition()
+        self._records: dict[str, _Stored] = {}
+        self._ready: deque[_Stored] = deque()  # visible, in arrival order
+        self._hidden: list[tuple[float, int, int, _Stored]] = []  # (visible_at, seq, version, rec)
+        self._seq = itertools.count()
+        self._ids = itertools.count(1)
+        self.deleted_ids: list[str] = []
+        self.receive_counts: dict[str, int] = {}
+        self.calls: Counter[str] = Counter()  # backend calls per operation
+        self.entries: Counter[str] = Counter()  # entries across those calls
+
+    def __repr__(self) -> str:
+        return f"MemoryQueue(name={self.name!r}, visibility_timeout={self.visibility_timeout:g})"
+
+    # ------------------------------------------------------------------ producing
+
+    def send(self, body: str | bytes, *, delay: float = 0.0) -> str:
+        """Add a message; it becomes visible after ``delay`` seconds. Returns its id."""
+        if not isinstance(body, (str, bytes)):
+            raise TypeError(f"body must be str or bytes, got {type(body).__name__}")
+        with self._lock:
+            message_id = f"m-{next(self._ids):06d}"
+            record = _Stored(message_id, body, self.clock.now() + delay)
+            self._records[message_id] = record
+            if delay > 0:
+                self._hide(record, record.visible_at)
+            else:
+                record.in_ready = True
+                self._ready.append(record)
+            self._lock.notify()
+        return message_id
+
+    def send_many(self, bodies: Sequence[str | bytes]) -> list[str]:
+        return [self.send(body) for body in bodies]
+
+    # ------------------------------------------------------------------ inspecting
+
+    def visible_count(self) -> int:
+        """Messages a receive could return now."""
+        with self._lock:
+            self._promote(self.clock.now())
+            return len(self._ready)
+
+    def in_flight_count(self) -> int:
+        """Messages received and still hidden (or delayed)."""
+        with self._lock:
+            self._promote(self.clock.now())
+            return len(self._records) - len(self._ready)
+
+    def __len__(self) -> int:
+        """Messages not yet deleted."""
+        with self._lock:
+            return len(self._records)
+
+    # ------------------------------------------------------------------ internals
+
+    def _hide(self, record: _Stored, until: float) -> None:
+        record.visible_at = until
+        record.version += 1
+        record.in_ready = False
+        heapq.heappush(self._hidden, (until, next(self._seq), record.version, record))
+
+    def _promote(self, now: float) -> None:
+        hidden = self._hidden
+        while hidden and hidden[0][0] <= now:
+            _, _, version, record = heapq.heappop(hidden)
+            if record.version == version and not record.in_ready and record.id in self._records:
+                record.in_ready = True
+                self._ready.append(record)
+
+    def _new_receipt(self, record: _Stored) -> str:
+        record.receipt = f"rcpt-{os.urandom(8).hex()}"
+        return record.receipt
+
+    def _check(self, handle: Handle) -> _Stored | Outcome:
+        record = self._records.get(handle.message_id)
+        if record is None:
+            return Outcome("lost", detail="MessageNotExist")
+        if handle.receipt != record.receipt:
+            return Outcome("lost", detail="ReceiptHandleError")
+        return record
+
+    # ------------------------------------------------------------------ Backend API
+
+    def receive(
+        self,
+        max_messages: int = 1,
+        wait_seconds: float = 0.0,
+        visibility_timeout: float | None = None,
+    ) -> list[Message]:
+        if not max_messages >= 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages!r}")
+        vis = self.visibility_timeout if visibility_timeout is None else float(visibility_timeout)
+        if not 0 < vis <= self.max_visibility:
+            raise ValueError(f"visibility_timeout must be in (0, {self.max_visibility:g}]")
+        with self._lock:
+            self.calls["receive"] += 1
+            now = self.clock.now()
+            deadline = now + wait_seconds
+            while True:
+                self._promote(now)
+                if self._ready or self._driven or now >= deadline:
+                    break
+                wait = deadline - now
+                if self._hidden:
+                    wait = min(wait, max(0.0, self._hidden[0][0] - now))
+                self.clock.wait(self._lock, wait)
+                now = self.clock.now()
+            out: list[Message] = []
+            while self._ready and len(out) < max_messages:
+                record = self._ready.popleft()
+                if record.id not in self._records or not record.in_ready:
+                    continue
+                record.receive_count += 1
+                self.receive_counts[record.id] = record.receive_count
+                receipt = self._new_receipt(record)
+                self._hide(record, now + vis)
+                record.cap_at = None if self.visibility_cap is None else now + self.visibility_cap
+                raw = MemoryRecord(record.id, record.body, receipt, record.receive_count, now, vis)
+                out.append(self._message(raw, record.cap_at))
+            self.entries["receive"] += len(out)
+            return out
+
+    def _message(self, raw: MemoryRecord, cap_at: float | None) -> Message:
+        return Message(
+            id=raw.id,
+            body=raw.body,
+            receipt=raw.receipt,
+            backend=self,
+            received_at=raw.received_at,
+            visibility_timeout=raw.visibility_timeout,
+            receive_count=raw.receive_count,
+            raw=raw,
+            hard_deadline=cap_at,
+        )
+
+    def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
+        """Turn a ``MemoryRecord`` (``message.raw``) back into a Message."""
+        if not isinstance(raw, MemoryRecord):
+            raise TypeError(f"MemoryQueue.adopt() takes a MemoryRecord, got {type(raw).__name__}")
+        if visibility_timeout is not None:
+            raw = raw._replace(visibility_timeout=float(visibility_timeout))
+        with self._lock:
+            record = self._records.get(raw.id)
+            cap_at = None if record is None else record.cap_at
+        return self._message(raw, cap_at)
+
+    def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
+        with self._lock:
+            self._check_batch("extend", handles)
+            now = self.clock.now()
+            out: list[Outcome] = []
+            for handle in handles:
+                found = self._check(handle)
+                if isinstance(found, Outcome):
+                    out.append(found)
+                    continue
+                if timeout > self.max_visibility:
+                    out.append(Outcome("fatal", detail="InvalidArgument: timeout too long"))
+                    continue
+                if found.cap_at is not None and now + timeout > found.cap_at:
+                    out.append(Outcome("capped", detail="total visibility beyond the cap"))
+                    continue
+                self._hide(found, now + timeout)
+                if self.rotates_receipts:
+                    out.append(Outcome("ok", receipt=self._new_receipt(found)))
+                else:
+                    out.append(OK)
+            return out
+
+    def delete(self, handles: Sequence[Handle]) -> list[Outcome]:
+        with self._lock:
+            self._check_batch("delete", handles)
+            out: list[Outcome] = []
+            for handle in handles:
+                found = self._check(handle)
+                if isinstance(found, Outcome):
+                    out.append(found)
+                    continue
+                del self._records[found.id]
+                found.version += 1
+                self.deleted_ids.append(found.id)
+                out.append(OK)
+            return out
+
+    def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
+        with self._lock:
+            self._check_batch("release", handles)
+            now = self.clock.now()
+            out: list[Outcome] = []
+            for handle in handles:
+                found = self._check(handle)
+                if isinstance(found, Outcome):
+                    out.append(found)
+                    continue
+                if delay > 0:
+                    self._hide(found, now + delay)
+                else:
+                    found.version += 1
+                    found.visible_at = now
+                    if not found.in_ready:
+                        found.in_ready = True
+                        self._ready.append(found)
+                if self.rotates_receipts:
+                    self._new_receipt(found)  # the old receipt dies with the release
+                out.append(OK)
+            self._lock.notify_all()
+            return out
+
+    def _check_batch(self, operation: str, handles: Sequence[Handle]) -> None:
+        # Called with the lock held. Whole-call errors are caller bugs, as SQS's
+        # TooManyEntriesInBatchRequest is.
+        if not handles:
+            raise ValueError(f"{operation}: empty batch")
+        if len(handles) > self.max_batch:
+            raise ValueError(
+                f"{operation}: {len(handles)} entries exceed max_batch ({self.max_batch})"
+            )
+        self.calls[operation] += 1
+        self.entries[operation] += len(handles)

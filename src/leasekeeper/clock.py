@@ -1,0 +1,73 @@
+"""Time as leasekeeper sees it, injectable so tests can run hours in milliseconds.
+
+Every component takes a ``Clock``. ``SystemClock`` is the real one. A clock that
+also implements ``DrivenClock`` (``leasekeeper.testing.ManualClock``) moves only
+when a test advances it; a LeaseManager on such a clock runs its scheduler from
+``advance()`` in the test's thread instead of in a background thread, so every
+extension that is due by the new time has happened when ``advance()`` returns.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Clock(Protocol):
+    def now(self) -> float:
+        """Monotonic seconds: what every deadline is measured in."""
+        ...
+
+    def wall(self) -> float:
+        """Epoch seconds: only to convert a service's timestamps, never for deadlines."""
+        ...
+
+    def wait(self, condition: threading.Condition, timeout: float) -> bool:
+        """Wait on ``condition`` (held by the caller) for at most ``timeout`` seconds.
+
+        Returns True when notified. A driven clock returns at once: its time does
+        not pass while a thread blocks.
+        """
+        ...
+
+
+class SystemClock:
+    """The real clock: ``time.monotonic`` for deadlines, ``time.time`` for conversions."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def wall(self) -> float:
+        return time.time()
+
+    def wait(self, condition: threading.Condition, timeout: float) -> bool:
+        return condition.wait(max(0.0, timeout))
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+class ClockDriven(Protocol):
+    """What a driven clock calls back: something that has work at given times."""
+
+    def next_wakeup(self) -> float | None:
+        """The earliest clock time at which there is work, or None for none."""
+        ...
+
+    def run_due(self) -> None:
+        """Do the work that is due at the clock's current time, and return when done."""
+        ...
+
+
+@runtime_checkable
+class DrivenClock(Clock, Protocol):
+    """A clock that moves only when told to and drives what is attached to it."""
+
+    def attach(self, runner: ClockDriven) -> None: ...
+
+    def detach(self, runner: ClockDriven) -> None: ...
+
+
+SYSTEM_CLOCK = SystemClock()

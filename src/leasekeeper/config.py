@@ -1,0 +1,154 @@
+"""LeaseConfig: the timing parameters of a LeaseManager, validated once at construction.
+
+The names follow Aliyun's MNS best-practice sample, which leasekeeper grew from:
+QueueMessageVisibilityTimeout -> ``visibility_timeout``, TimerInterval ->
+``timer_interval``, MessageMinimalLife -> ``minimal_life``, MessageTimeout ->
+``max_lease_duration``, VisibilityTimeoutExtensionThreshold -> ``extend_threshold``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from leasekeeper.errors import ConfigError
+
+_SECONDS_FIELDS = ("visibility_timeout", "timer_interval", "minimal_life")
+
+
+def _seconds(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    """Coerce a duration to float, or raise ConfigError that says what was wrong."""
+    # bool is an int subclass; True seconds is always a mistake.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(
+            f"{name} must be a number of seconds, got {value!r} ({type(value).__name__})"
+        )
+    seconds = float(value)
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise ConfigError(f"{name} must be a finite number of seconds, got {value!r}")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{name} must be {bound} seconds, got {value!r}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class LeaseConfig:
+    """How long leases last and when they are renewed. All durations are seconds.
+
+    visibility_timeout
+        What each extend sets the message's invisibility to. Short means fast
+        failover when a worker dies; it must exceed ``timer_interval + minimal_life``.
+    timer_interval
+        The longest the scheduler sleeps. It wakes earlier whenever a lease is due;
+        this is a safety net, not a polling period.
+    extend_threshold
+        A lease is extended when less than this remains of its invisibility.
+        ``None`` derives ``max(timer_interval + minimal_life, visibility_timeout / 3)``.
+        It must lie strictly between ``timer_interval`` and ``visibility_timeout``.
+    minimal_life
+        The least invisibility a message may have left when registered.
+    max_lease_duration
+        Stop renewing a lease this long after it was registered (a stuck
+        handler) and let the message reappear. ``None``: no limit.
+    release_delay
+        How long a message stays invisible after a failed handler releases it.
+    release_backoff
+        Factor applied to ``release_delay`` per earlier receive of the message
+        (``release_delay * release_backoff ** (receive_count - 1)``), so a message
+        that keeps failing waits longer each time. 1.0 keeps the delay fixed.
+    max_concurrency
+        Backend calls in flight at once from the scheduler's dispatch pool.
+    """
+
+    visibility_timeout: float = 30.0
+    timer_interval: float = 1.0
+    extend_threshold: float | None = None
+    minimal_life: float = 2.0
+    max_lease_duration: float | None = None
+    release_delay: float = 0.0
+    release_backoff: float = 1.0
+    max_concurrency: int = 16
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: normalise ints to floats once, here
+        for name in _SECONDS_FIELDS:
+            set_(self, name, _seconds(name, getattr(self, name)))
+        set_(self, "release_delay", _seconds("release_delay", self.release_delay, allow_zero=True))
+        if self.max_lease_duration is not None:
+            set_(
+                self,
+                "max_lease_duration",
+                _seconds("max_lease_duration", self.max_lease_duration),
+            )
+        backoff = self.release_backoff
+        if (
+            isinstance(backoff, bool)
+            or not isinstance(backoff, (int, float))
+            or not (math.isfinite(backoff) and backoff >= 1.0)
+        ):
+            raise ConfigError(f"release_backoff must be a finite number >= 1.0, got {backoff!r}")
+        set_(self, "release_backoff", float(backoff))
+        conc = self.max_concurrency
+        if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
+            raise ConfigError(f"max_concurrency must be an integer >= 1, got {conc!r}")
+
+        vis, tick, life = self.visibility_timeout, self.timer_interval, self.minimal_life
+        if vis <= tick + life:
+            # The sample's rule: a message registered with minimal_life left must
+            # be extended before it runs out, and the scheduler may be a whole
+            # timer_interval late.
+            raise ConfigError(
+                f"visibility_timeout ({vis:g}) must exceed timer_interval ({tick:g}) "
+                f"+ minimal_life ({life:g})"
+            )
+        if self.extend_threshold is not None:
+            threshold = _seconds("extend_threshold", self.extend_threshold)
+            if threshold <= tick:
+                raise ConfigError(
+                    f"extend_threshold ({threshold:g}) must exceed timer_interval ({tick:g}): "
+                    "the scheduler may wake a whole interval late and still has to extend"
+                )
+            if threshold >= vis:
+                raise ConfigError(
+                    f"extend_threshold ({threshold:g}) must be less than visibility_timeout "
+                    f"({vis:g}): otherwise every lease is due again as soon as it is extended"
+                )
+            set_(self, "extend_threshold", threshold)
+
+    @property
+    def threshold(self) -> float:
+        """The extend threshold in force: the configured one or the derived default."""
+        if self.extend_threshold is not None:
+            return self.extend_threshold
+        return max(self.timer_interval + self.minimal_life, self.visibility_timeout / 3.0)
+
+    def check_backend(self, backend: object, max_visibility: float) -> None:
+        """Raise ConfigError when this config asks more than ``backend`` can give."""
+        if self.visibility_timeout > max_visibility:
+            raise ConfigError(
+                f"visibility_timeout ({self.visibility_timeout:g}) exceeds the backend's "
+                f"max_visibility ({max_visibility:g}) for {backend!r}"
+            )
+
+    def replace(self, **changes: Any) -> LeaseConfig:
+        """A copy with some fields changed (validated like a new config)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_fields(cls, config: LeaseConfig | None, fields: dict[str, Any]) -> LeaseConfig:
+        """Build the config from ``config=`` and/or keyword fields, rejecting unknown names."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown LeaseConfig field(s): {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        if config is None:
+            return cls(**fields)
+        if not isinstance(config, LeaseConfig):
+            raise ConfigError(f"config must be a LeaseConfig, got {type(config).__name__}")
+        return config.replace(**fields) if fields else config

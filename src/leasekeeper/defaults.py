@@ -1,0 +1,106 @@
+"""Per-process default managers behind the module-level ``lease(msg)`` and ``@leased``.
+
+One LeaseManager per backend, created on first use with the settings given to
+``configure()``, closed (releasing what is still leased) at interpreter exit. A
+forked child (multiprocessing, Spark's Python workers) starts with none: the
+parent's scheduler thread does not exist in the child.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from typing import Any
+
+from leasekeeper.backends.base import Backend, Message
+from leasekeeper.clock import Clock
+from leasekeeper.config import LeaseConfig
+from leasekeeper.errors import LeaseError
+from leasekeeper.manager import LeaseManager, LeaseScope, OnLost
+
+# Guards _managers and _settings.
+_defaults_lock = threading.Lock()
+_managers: dict[int, LeaseManager] = {}
+_settings: dict[str, Any] = {"config": LeaseConfig(), "on_lost": None, "clock": None}
+
+
+def configure(
+    config: LeaseConfig | None = None,
+    *,
+    on_lost: OnLost | None = None,
+    clock: Clock | None = None,
+    **config_fields: Any,
+) -> LeaseConfig:
+    """Set what the default managers of ``lease(msg)`` and ``@leased`` use.
+
+    Call it before the first ``lease()``. Default managers with no active lease are
+    closed and recreated with the new settings on next use; if any still holds a
+    lease, ``LeaseError`` is raised rather than silently applying new settings to
+    some leases and not others.
+    """
+    new_config = LeaseConfig.from_fields(config, config_fields)
+    with _defaults_lock:
+        busy = [m for m in _managers.values() if m.leases()]
+        if busy:
+            raise LeaseError(
+                f"configure() called while {len(busy)} default manager(s) hold leases; "
+                "call it before the first lease(), or close them with leasekeeper.shutdown()"
+            )
+        old = list(_managers.values())
+        _managers.clear()
+        _settings.update(config=new_config, on_lost=on_lost, clock=clock)
+    for manager in old:
+        manager.close()
+    return new_config
+
+
+def default_manager(backend: Backend) -> LeaseManager:
+    """The process's default LeaseManager for ``backend`` (created on first use)."""
+    with _defaults_lock:
+        manager = _managers.get(id(backend))
+        if manager is None or manager.closed:
+            manager = LeaseManager(
+                backend,
+                _settings["config"],
+                on_lost=_settings["on_lost"],
+                clock=_settings["clock"],
+            )
+            _managers[id(backend)] = manager
+        return manager
+
+
+def lease(message: Message, *, release_delay: float | None = None) -> LeaseScope:
+    """``with lease(msg):`` on the default manager for the message's backend.
+
+    Success deletes the message; an exception releases it (after ``release_delay``)
+    and propagates; a lease lost meanwhile raises ``LeaseLost`` and deletes nothing.
+    """
+    if not isinstance(message, Message):
+        raise TypeError(
+            "lease() takes a leasekeeper Message (from backend.receive() or "
+            f"backend.adopt(raw)), got {type(message).__module__}.{type(message).__qualname__}"
+        )
+    return default_manager(message.backend).lease(message, release_delay=release_delay)
+
+
+def shutdown(release: bool = True, timeout: float | None = None) -> None:
+    """Close every default manager (at exit this runs by itself)."""
+    with _defaults_lock:
+        managers = list(_managers.values())
+        _managers.clear()
+    for manager in managers:
+        manager.close(release=release, timeout=timeout)
+
+
+def _forget_after_fork() -> None:
+    # The child has the parent's managers but not their threads, and perhaps a copy
+    # of the lock taken by a parent thread mid-update: start afresh.
+    global _defaults_lock  # noqa: PLW0603 - replacing a lock a dead thread may hold
+    _defaults_lock = threading.Lock()
+    _managers.clear()
+
+
+atexit.register(shutdown)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)

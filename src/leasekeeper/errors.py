@@ -1,0 +1,70 @@
+"""The exceptions leasekeeper raises.
+
+Every message here names message ids and error codes, never receipt handles:
+a receipt authorises a delete, so it is treated as a secret everywhere.
+"""
+
+from __future__ import annotations
+
+
+class LeaseError(Exception):
+    """Base class of every error leasekeeper raises on purpose."""
+
+
+class ConfigError(LeaseError, ValueError):
+    """A configuration value, or a combination of values, cannot work.
+
+    The message names the parameters, their values and the rule they break.
+    """
+
+
+class LeaseLost(LeaseError):
+    """The lease on a message is gone: another worker may be processing it now.
+
+    Raised by ``lease.check()``, by ``lease.complete()`` on a lost lease, and on
+    leaving ``with manager.lease(msg):`` when the lease was lost meanwhile (in
+    which case nothing is deleted).
+    """
+
+    def __init__(self, message_id: str, reason: str) -> None:
+        super().__init__(f"lease on message {message_id!r} lost: {reason}")
+        self.message_id = message_id
+        self.reason = reason
+
+
+class LeaseTooShort(LeaseError):
+    """A message was registered with less than ``minimal_life`` of invisibility left.
+
+    The scheduler could not be sure to extend it before it reappears, so it is
+    refused instead of leased on hope.
+    """
+
+    def __init__(self, message_id: str, remaining: float, minimal_life: float) -> None:
+        super().__init__(
+            f"message {message_id!r} has {remaining:.3f}s of invisibility left, "
+            f"less than minimal_life ({minimal_life:g}s): it could reappear before "
+            "the first extend; receive it again or lower minimal_life"
+        )
+        self.message_id = message_id
+        self.remaining = remaining
+        self.minimal_life = minimal_life
+
+
+class ManagerClosed(LeaseError):
+    """The LeaseManager was closed; it takes no new leases."""
+
+
+class BackendError(LeaseError):
+    """The queue service gave an answer leasekeeper cannot recover from.
+
+    ``kind`` is the outcome kind the backend reported ("fatal" for a missing
+    queue or refused credentials, "retry" when transient errors outlasted the
+    retry budget) and ``detail`` the service's error code.
+    """
+
+    def __init__(self, operation: str, message_id: str, kind: str, detail: str) -> None:
+        super().__init__(f"{operation} of message {message_id!r} failed ({kind}): {detail}")
+        self.operation = operation
+        self.message_id = message_id
+        self.kind = kind
+        self.detail = detail

@@ -1,0 +1,253 @@
+"""Worker: a receive loop, a handler thread pool and leases, with graceful shutdown.
+
+The worker only receives as many messages as it has free handler threads: a
+lease starts at receipt, so a message held back locally would burn its
+invisibility (and its failover time) waiting for a thread.
+
+Shutdown (``stop()``, or SIGTERM/SIGINT while ``run()`` is in the main thread):
+stop receiving, let running handlers finish while their leases are still renewed,
+for up to ``shutdown_timeout`` seconds, then release whatever is left so other
+workers get it at once. A second signal skips the wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from leasekeeper.backends.base import Backend, Message
+from leasekeeper.clock import SYSTEM_CLOCK
+from leasekeeper.config import LeaseConfig
+from leasekeeper.errors import LeaseLost, LeaseTooShort, ManagerClosed
+from leasekeeper.lease import Lease
+from leasekeeper.manager import LeaseManager
+
+log = logging.getLogger("leasekeeper.worker")
+
+Handler = Callable[[Message], object]
+
+
+@dataclass
+class WorkerStats:
+    received: int = 0
+    completed: int = 0
+    failed: int = 0  # handler raised: message released
+    lost: int = 0  # lease lost while handling: nothing deleted
+    refused: int = 0  # received with too little invisibility left to lease
+
+
+class Worker:
+    """Receive from a backend, run ``handler(message)`` under a lease, repeat.
+
+    ``Worker(manager_or_backend, handler, *, concurrency=4, batch_size=10,
+    wait_seconds=1.0, shutdown_timeout=30.0, config=None, **config_fields)``.
+    Given a backend, the worker makes (and closes) its own LeaseManager from
+    ``config``/``config_fields``; given a manager, it uses that manager's backend
+    and leaves the manager open.
+    """
+
+    def __init__(
+        self,
+        manager_or_backend: LeaseManager | Backend,
+        handler: Handler,
+        *,
+        concurrency: int = 4,
+        batch_size: int = 10,
+        wait_seconds: float = 1.0,
+        shutdown_timeout: float = 30.0,
+        config: LeaseConfig | None = None,
+        **config_fields: Any,
+    ) -> None:
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {type(handler).__name__}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if not wait_seconds >= 0:
+            raise ValueError(f"wait_seconds must be >= 0, got {wait_seconds!r}")
+        if isinstance(manager_or_backend, LeaseManager):
+            if config is not None or config_fields:
+                raise TypeError("pass config to the LeaseManager, not to a Worker built on one")
+            if manager_or_backend.backend is None:
+                raise ValueError("the LeaseManager has no backend to receive from")
+            self.manager = manager_or_backend
+            self.backend: Backend = manager_or_backend.backend
+            self._owns_manager = False
+        elif isinstance(manager_or_backend, Backend):
+            self.backend = manager_or_backend
+            self.manager = LeaseManager(manager_or_backend, config, **config_fields)
+            self._owns_manager = True
+        else:
+            raise TypeError(
+                "Worker needs a LeaseManager or a leasekeeper backend, got "
+                f"{type(manager_or_backend).__qualname__}"
+            )
+        self.handler = handler
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.wait_seconds = float(wait_seconds)
+        self.shutdown_timeout = float(shutdown_timeout)
+        self.stats = WorkerStats()
+        # Guards _running, stats and the stop flags; the receive loop waits on it
+        # for a free handler slot.
+        self._slots = threading.Condition()
+        self._running = 0
+        self._active: set[Lease] = set()  # leases of messages being handled now
+        self._stop = threading.Event()
+        self._hurry = threading.Event()  # second signal: skip the graceful wait
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+
+    # ------------------------------------------------------------------ control
+
+    def start(self) -> Worker:
+        """Run in a background thread; ``stop()`` ends it."""
+        if self._thread is not None:
+            raise RuntimeError("worker already started")
+        self._thread = threading.Thread(target=self.run, name="leasekeeper-worker", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Ask the worker to stop and wait (up to ``timeout``) until it has."""
+        self._request_stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        else:
+            self._done.wait(timeout)
+
+    def _request_stop(self) -> None:
+        self._stop.set()
+        with self._slots:
+            self._slots.notify_all()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._stop.is_set():
+            log.warning("second signal %d: releasing running messages now", signum)
+            self._hurry.set()
+        else:
+            log.info("signal %d: stopping after running handlers finish", signum)
+        self._request_stop()
+
+    # ------------------------------------------------------------------ running
+
+    def run(self, until_idle: float | None = None) -> WorkerStats:
+        """Receive and handle until stopped (or, with ``until_idle``, until nothing
+        was received and nothing ran for that many seconds). Returns the stats."""
+        previous: dict[signal.Signals, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="leasekeeper-handler")
+        try:
+            self._receive_loop(pool, until_idle)
+        finally:
+            self._shutdown(pool)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self._done.set()
+        return self.stats
+
+    def _receive_loop(self, pool: ThreadPoolExecutor, until_idle: float | None) -> None:
+        clock = SYSTEM_CLOCK
+        idle_since = clock.now()
+        failures = 0
+        while not self._stop.is_set():
+            with self._slots:
+                while self._running >= self.concurrency and not self._stop.is_set():
+                    self._slots.wait()
+                free = self.concurrency - self._running
+            if self._stop.is_set():
+                return
+            try:
+                messages = self.backend.receive(
+                    max_messages=min(self.batch_size, free),
+                    wait_seconds=self.wait_seconds,
+                    visibility_timeout=self.manager.config.visibility_timeout,
+                )
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                pause = min(30.0, 0.1 * 2 ** min(failures, 9))
+                log.warning("receive failed (%s); retrying in %.1fs", type(exc).__name__, pause)
+                self._stop.wait(pause)
+                continue
+            for message in messages:
+                self._start_handler(pool, message)
+            if messages:
+                idle_since = clock.now()
+                continue
+            with self._slots:
+                busy = self._running
+            if busy:
+                idle_since = clock.now()
+            elif until_idle is not None and clock.now() - idle_since >= until_idle:
+                return
+
+    def _start_handler(self, pool: ThreadPoolExecutor, message: Message) -> None:
+        with self._slots:
+            self.stats.received += 1
+        try:
+            lease = self.manager.register(message)  # at receipt, not when a thread frees up
+        except LeaseTooShort as exc:
+            log.warning("%s; leaving it to reappear", exc)
+            with self._slots:
+                self.stats.refused += 1
+            return
+        except ManagerClosed:
+            return
+        with self._slots:
+            self._running += 1
+            self._active.add(lease)
+        pool.submit(self._handle, message, lease)
+
+    def _handle(self, message: Message, lease: Lease) -> None:
+        outcome = "completed"
+        try:
+            with self.manager.lease(message):
+                self.handler(message)
+        except LeaseLost as exc:
+            outcome = "lost"
+            log.warning("%s", exc)
+        except Exception:
+            outcome = "failed"
+            log.exception("handler failed for message %r; released", message.id)
+        finally:
+            with self._slots:
+                self._running -= 1
+                self._active.discard(lease)
+                if outcome == "completed":
+                    self.stats.completed += 1
+                elif outcome == "lost":
+                    self.stats.lost += 1
+                else:
+                    self.stats.failed += 1
+                self._slots.notify_all()
+
+    def _shutdown(self, pool: ThreadPoolExecutor) -> None:
+        deadline = SYSTEM_CLOCK.now() + self.shutdown_timeout
+        with self._slots:
+            while self._running and not self._hurry.is_set():
+                left = deadline - SYSTEM_CLOCK.now()
+                if left <= 0:
+                    break
+                self._slots.wait(left)
+            left_running = self._running
+            leftovers = list(self._active)
+        if left_running:
+            log.warning(
+                "shutdown: %d handler(s) still running; releasing their messages", left_running
+            )
+        if self._owns_manager:
+            self.manager.close(release=True)
+        else:
+            for lease in leftovers:
+                lease.release(0.0)
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,155 @@
+"""Worker: receive loop, handler pool, leases and graceful shutdown (real time)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from leasekeeper import LeaseManager, Message, Worker
+from leasekeeper.backends.memory import MemoryQueue
+
+pytestmark = pytest.mark.realtime
+
+TIMING = {"visibility_timeout": 1.0, "timer_interval": 0.1, "minimal_life": 0.3}
+
+
+def test_worker_processes_everything_and_stops_when_idle() -> None:
+    queue = MemoryQueue(1.0)
+    for i in range(12):
+        queue.send(f"job {i}")
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def handler(message: Message) -> None:
+        time.sleep(0.05)
+        with lock:
+            seen.append(message.id)
+
+    worker = Worker(queue, handler, concurrency=4, wait_seconds=0.05, **TIMING)
+    stats = worker.run(until_idle=0.3)
+    assert (stats.received, stats.completed, stats.failed) == (12, 12, 0)
+    assert len(queue) == 0 and len(set(seen)) == 12
+    assert worker.manager.closed
+
+
+def test_failing_handler_releases_its_message() -> None:
+    queue = MemoryQueue(1.0)
+    queue.send("poison")
+
+    def handler(message: Message) -> None:
+        raise ValueError("bad payload")
+
+    worker = Worker(queue, handler, concurrency=1, wait_seconds=0.05, release_delay=5.0, **TIMING)
+    stats = worker.run(until_idle=0.3)
+    assert stats.failed == 1 and stats.completed == 0
+    assert len(queue) == 1 and queue.visible_count() == 0  # released with a 5 s delay
+
+
+def test_worker_never_holds_more_than_it_can_run() -> None:
+    queue = MemoryQueue(1.0)
+    for i in range(10):
+        queue.send(f"job {i}")
+    started = threading.Event()
+    finish = threading.Event()
+
+    def handler(message: Message) -> None:
+        started.set()
+        finish.wait(5)
+
+    worker = Worker(queue, handler, concurrency=2, batch_size=10, wait_seconds=0.05, **TIMING)
+    worker.start()
+    assert started.wait(5)
+    time.sleep(0.2)
+    assert queue.in_flight_count() == 2  # not 10: the rest stay available to others
+    finish.set()
+    worker.stop(timeout=5)
+
+
+def test_stop_waits_for_running_handlers_then_releases_the_rest() -> None:
+    queue = MemoryQueue(1.0)
+    queue.send_many(["quick", "stuck"])
+    done: list[str] = []
+
+    def handler(message: Message) -> None:
+        if message.body == "stuck":
+            time.sleep(3)
+        else:
+            time.sleep(0.3)
+        done.append(str(message.body))
+
+    worker = Worker(
+        queue, handler, concurrency=2, wait_seconds=0.05, shutdown_timeout=1.0, **TIMING
+    )
+    worker.start()
+    time.sleep(0.1)
+    stopped_at = time.monotonic()
+    worker.stop(timeout=5)
+    assert time.monotonic() - stopped_at < 2.5
+    assert done == ["quick"]  # finished (its lease renewed meanwhile) and deleted
+    assert len(queue) == 1 and queue.visible_count() == 1  # "stuck" released at once
+
+
+def test_worker_on_a_shared_manager_leaves_it_open() -> None:
+    queue = MemoryQueue(1.0)
+    queue.send("job")
+    manager = LeaseManager(queue, **TIMING)
+    worker = Worker(manager, lambda m: None, wait_seconds=0.05)
+    assert worker.run(until_idle=0.2).completed == 1
+    assert not manager.closed
+    manager.close()
+
+
+def test_worker_rejects_bad_arguments() -> None:
+    queue = MemoryQueue(1.0)
+    with pytest.raises(TypeError, match="callable"):
+        Worker(queue, "handler")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="concurrency"):
+        Worker(queue, print, concurrency=0)
+    with pytest.raises(TypeError, match="LeaseManager or a leasekeeper backend"):
+        Worker(object(), print)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no backend"):
+        Worker(LeaseManager(), print)
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys, threading, time
+    from leasekeeper import Worker
+    from leasekeeper.backends.memory import MemoryQueue
+
+    queue = MemoryQueue(1.0)
+    queue.send_many(["short", "long"])
+    def handler(message):
+        if message.body == "long":
+            print("started", flush=True)
+            time.sleep(0.8)
+    worker = Worker(queue, handler, concurrency=2, wait_seconds=0.05, shutdown_timeout=5,
+                    visibility_timeout=1.0, timer_interval=0.1, minimal_life=0.3)
+    stats = worker.run()
+    print(json.dumps({"completed": stats.completed, "left": len(queue)}), flush=True)
+    """
+)
+
+
+def test_sigterm_lets_running_handlers_finish(tmp_path: Path) -> None:
+    script = tmp_path / "worker.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "started"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=15)
+    assert proc.returncode == 0
+    assert json.loads(out.strip().splitlines()[-1]) == {"completed": 2, "left": 0}

@@ -1,0 +1,111 @@
+"""Test doubles shared by the core tests."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict, deque
+from collections.abc import Sequence
+from typing import Any
+
+from leasekeeper import Handle, Message, Outcome
+from leasekeeper.backends.memory import MemoryQueue
+
+Plan = Outcome | BaseException | str  # "malformed": answer with the wrong number of entries
+
+
+class ScriptedBackend:
+    """Wraps a MemoryQueue; a test scripts what the next calls answer, or blocks them.
+
+    ``script("extend", Outcome("retry"), Outcome("retry"))`` makes the next two extend
+    calls answer "retry" for every entry without reaching the queue; an exception in
+    the script is raised by the call. ``hold("extend")`` makes the next extend call
+    wait until ``let_go("extend")``; ``entered["extend"]`` is set while it waits.
+    """
+
+    def __init__(self, inner: MemoryQueue) -> None:
+        self.inner = inner
+        self.max_batch = inner.max_batch
+        self.max_visibility = inner.max_visibility
+        self.rotates_receipts = inner.rotates_receipts
+        self.calls: list[tuple[str, list[str], float]] = []
+        self._plans: dict[str, deque[Plan]] = defaultdict(deque)
+        self._gates: dict[str, threading.Event] = {}
+        self.entered: dict[str, threading.Event] = defaultdict(threading.Event)
+
+    def script(self, operation: str, *plans: Plan) -> None:
+        self._plans[operation].extend(plans)
+
+    def hold(self, operation: str) -> None:
+        self._gates[operation] = threading.Event()
+
+    def let_go(self, operation: str) -> None:
+        self._gates.pop(operation).set()
+
+    def calls_of(self, operation: str) -> list[tuple[str, list[str], float]]:
+        return [c for c in self.calls if c[0] == operation]
+
+    def _run(self, operation: str, handles: Sequence[Handle], arg: float) -> list[Outcome] | None:
+        self.calls.append((operation, [h.message_id for h in handles], arg))
+        gate = self._gates.get(operation)
+        if gate is not None:
+            self.entered[operation].set()
+            assert gate.wait(10), f"{operation} held for more than 10 s"
+        if self._plans[operation]:
+            plan = self._plans[operation].popleft()
+            if isinstance(plan, BaseException):
+                raise plan
+            if plan == "malformed":
+                return []
+            assert isinstance(plan, Outcome)
+            return [plan] * len(handles)
+        return None
+
+    def receive(self, *args: Any, **kwargs: Any) -> list[Message]:
+        messages = self.inner.receive(*args, **kwargs)
+        for message in messages:
+            message.backend = self
+        return messages
+
+    def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
+        message = self.inner.adopt(raw, visibility_timeout)
+        message.backend = self
+        return message
+
+    def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
+        scripted = self._run("extend", handles, timeout)
+        return self.inner.extend(handles, timeout) if scripted is None else scripted
+
+    def delete(self, handles: Sequence[Handle]) -> list[Outcome]:
+        scripted = self._run("delete", handles, 0.0)
+        return self.inner.delete(handles) if scripted is None else scripted
+
+    def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
+        scripted = self._run("release", handles, delay)
+        return self.inner.release(handles, delay) if scripted is None else scripted
+
+    def __repr__(self) -> str:
+        return f"ScriptedBackend({self.inner!r})"
+
+
+class SignallingLock:
+    """A Lock that says when someone starts waiting for it (to order race tests)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.waiting = threading.Event()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if blocking and self._lock.locked():
+            self.waiting.set()
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    __enter__ = acquire
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
