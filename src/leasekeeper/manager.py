@@ -99,6 +99,15 @@ def _percentile(samples: Iterable[float], q: float) -> float:
     return ordered[index]
 
 
+def _well_formed(outcomes: object, expected: int) -> bool:
+    if not isinstance(outcomes, list) or len(outcomes) != expected:
+        return False
+    for outcome in outcomes:  # noqa: SIM110 - a plain loop; all() + genexpr costs more here
+        if not isinstance(outcome, Outcome):
+            return False
+    return True
+
+
 class _Lane:
     """One backend's leases and renewal heap."""
 
@@ -305,7 +314,9 @@ class LeaseManager:
                                 outcome.kind,
                                 outcome.detail,
                             )
-                        self._end(lease, LeaseState.RELEASED, "released by close()")
+                        self._end(
+                            lease, LeaseState.RELEASED, "released by close()", stop_handler=True
+                        )
             finally:
                 for lease in locked:
                     lease._op_lock.release()
@@ -329,7 +340,7 @@ class LeaseManager:
         now = self.clock.now()
         backend = message.backend
         superseded: Lease | None = None
-        with self._wakeup:
+        with self._registry_lock:  # the lock under self._wakeup, minus a wrapper call
             if self._closed:
                 raise ManagerClosed("this LeaseManager is closed; it takes no new leases")
             lane = self._lanes.get(id(backend))
@@ -694,11 +705,7 @@ class LeaseManager:
                 exc_info=log.isEnabledFor(logging.DEBUG),
             )
             return [Outcome("retry", detail=f"{type(exc).__name__}")] * len(handles)
-        if (
-            not isinstance(outcomes, list)
-            or len(outcomes) != len(handles)
-            or not all(isinstance(o, Outcome) for o in outcomes)
-        ):
+        if not _well_formed(outcomes, len(handles)):
             log.error(
                 "%r.%s returned a malformed answer for %d handle(s); treated as transient",
                 backend,
@@ -759,7 +766,9 @@ class LeaseManager:
             finally:
                 self._after_op(lease)
 
-    def _release(self, lease: Lease, delay: float | None) -> None:
+    def _release(self, lease: Lease, delay: float | None, *, stop_handler: bool = False) -> None:
+        """Release ``lease``. ``stop_handler``: the release is not the handler's own
+        doing (a shutdown), so set ``lease.lost`` to tell it to stop."""
         if delay is None:
             cfg = self.config
             count = max(1, lease.message.receive_count)
@@ -782,7 +791,12 @@ class LeaseManager:
                 if outcome.kind == "lost":
                     self._end(lease, LeaseState.LOST, f"lost: {outcome.detail}")
                 elif outcome.kind == "ok":
-                    self._end(lease, LeaseState.RELEASED, f"released (delay {delay:g}s)")
+                    self._end(
+                        lease,
+                        LeaseState.RELEASED,
+                        "released at shutdown" if stop_handler else f"released (delay {delay:g}s)",
+                        stop_handler=stop_handler,
+                    )
                 else:
                     # Could not release: stop renewing so it lapses and comes back anyway.
                     log.warning(
@@ -792,7 +806,12 @@ class LeaseManager:
                         outcome.kind,
                         outcome.detail,
                     )
-                    self._end(lease, LeaseState.RELEASED, f"release failed: {outcome.detail}")
+                    self._end(
+                        lease,
+                        LeaseState.RELEASED,
+                        f"release failed: {outcome.detail}",
+                        stop_handler=stop_handler,
+                    )
             finally:
                 self._after_op(lease)
 
@@ -804,11 +823,18 @@ class LeaseManager:
 
     # ------------------------------------------------------------------ ending
 
-    def _end(self, lease: Lease, state: LeaseState, reason: str) -> None:
+    def _end(
+        self, lease: Lease, state: LeaseState, reason: str, *, stop_handler: bool = False
+    ) -> None:
         with self._registry_lock:
-            self._end_locked(lease, state, reason)
+            self._end_locked(lease, state, reason, stop_handler=stop_handler)
 
-    def _end_locked(self, lease: Lease, state: LeaseState, reason: str) -> None:
+    def _end_locked(
+        self, lease: Lease, state: LeaseState, reason: str, *, stop_handler: bool = False
+    ) -> None:
+        """End an active lease. Lost and abandoned leases are always signalled and
+        reported; a released one is signalled only when ``stop_handler`` says the
+        release was not its handler's own doing."""
         if lease._state is not LeaseState.ACTIVE and not (
             # An abandoned lease whose message is still invisible may yet be deleted.
             lease._state is LeaseState.ABANDONED and state is LeaseState.COMPLETED
@@ -827,7 +853,7 @@ class LeaseManager:
             return
         if state is LeaseState.RELEASED:
             self._released += 1
-            if reason == "released by close()":
+            if stop_handler:
                 self._pending.append(lease)
             return
         if state is LeaseState.LOST:
@@ -840,15 +866,19 @@ class LeaseManager:
     def _drain_notifications(self) -> list[Lease]:
         """Signal and report ended leases outside every lock (callbacks may re-enter)."""
         done: list[Lease] = []
-        while True:
+        pending = self._pending
+        while pending:  # checked first: the common case is nothing to report
             try:
-                lease = self._pending.popleft()
-            except IndexError:
-                return done
+                lease = pending.popleft()
+            except IndexError:  # another thread took the last one
+                break
             self._notify(lease)
             done.append(lease)
+        return done
 
     def _notify(self, lease: Lease) -> None:
+        # The handler hears first (lease.lost), so it can stop as early as possible;
+        # on_lost runs after, on this same leasekeeper thread.
         lease._signal()
         if lease._state is LeaseState.RELEASED:
             return

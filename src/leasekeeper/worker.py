@@ -249,5 +249,6 @@ class Worker:
             self.manager.close(release=True)
         else:
             for lease in leftovers:
-                lease.release(0.0)
+                # Not the handler's own release: its lease.lost is set so it stops.
+                self.manager._release(lease, 0.0, stop_handler=True)
         pool.shutdown(wait=False, cancel_futures=True)

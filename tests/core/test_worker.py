@@ -108,6 +108,31 @@ def test_worker_on_a_shared_manager_leaves_it_open() -> None:
     manager.close()
 
 
+def test_shutdown_on_a_shared_manager_tells_unfinished_handlers_to_stop() -> None:
+    queue = MemoryQueue(1.0)
+    queue.send("stuck")
+    manager = LeaseManager(queue, **TIMING)
+    told = threading.Event()
+
+    def handler(message: Message) -> None:
+        lease = manager.get(message)
+        assert lease is not None
+        told.set() if lease.lost.wait(5) else None
+
+    worker = Worker(manager, handler, wait_seconds=0.05, shutdown_timeout=0.3)
+    worker.start()
+    time.sleep(0.2)
+    worker.stop(timeout=5)
+    assert told.wait(5), "the handler's lease.lost was not set when shutdown released it"
+    assert queue.visible_count() == 1
+    deadline = time.monotonic() + 5  # the handler thread finishes after stop() returns
+    while worker.stats.lost == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert worker.stats.lost == 1  # its with-block ended in LeaseLost, nothing deleted
+    assert queue.deleted_ids == []
+    manager.close()
+
+
 def test_worker_rejects_bad_arguments() -> None:
     queue = MemoryQueue(1.0)
     with pytest.raises(TypeError, match="callable"):

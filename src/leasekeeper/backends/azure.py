@@ -1,0 +1,730 @@
+"""AzureQueueBackend: leasekeeper on Azure Storage Queue, through azure-storage-queue 12.x.
+
+::
+
+    from azure.storage.queue import QueueClient
+    from leasekeeper import LeaseManager
+    from leasekeeper.backends.azure import AzureQueueBackend
+
+    client = QueueClient.from_connection_string(conn_str, "jobs")
+    backend = AzureQueueBackend(client)
+    with LeaseManager(backend, visibility_timeout=60) as manager:
+        for message in backend.receive(max_messages=32, wait_seconds=20):
+            with manager.lease(message):
+                handle(message.body)
+
+How Azure Storage Queue maps onto the backend contract (see docs/backends/azure.md):
+
+- Every receive and every Update Message issues a **new** pop receipt and kills the
+  previous one, so ``rotates_receipts`` is True and every successful extend or
+  release answers ``Outcome("ok", receipt=<new>)``. The manager never runs an
+  extend and a delete of one lease at once, so a delete always carries the
+  receipt the last extend returned.
+- There is no batch API: ``max_batch`` is 1 and the manager runs extends in
+  parallel from its dispatch pool.
+- ``extend``/``release`` call ``update_message(id, pop_receipt=..., visibility_timeout=n)``
+  with the message **id** (a QueueMessage would make the SDK re-upload its
+  content) and ``visibility_timeout`` **always** given (the SDK sends 0 when it is
+  left out: the message would reappear at once). The timeout is an int: extends
+  round **up** (the manager counts its deadline from the float it asked for, so a
+  longer real invisibility is the safe side), release delays round up as well.
+- A message cannot outlive its ``expires_on`` (its time-to-live). ``Message.hard_deadline``
+  is ``expires_on`` converted to local monotonic time minus ``expiry_margin`` (2 s by
+  default, which also covers the round-up above), so the manager stops extending
+  and reports the lease "capped" before the service deletes the message. Azure
+  has no "beyond the expiry" error (it accepts such an update and deletes the
+  message at its expiry anyway), so the backend also refuses locally, as
+  ``capped``, an extend that would pass a known expiry, and reports a
+  ``MessageNotFound`` for a message whose expiry has passed as ``capped``.
+- Azure has no long poll: ``receive(wait_seconds=...)`` re-polls with a backing-off
+  pause (0.2 s doubling to 2 s) until a message arrives or ``wait_seconds`` runs out.
+
+Threads: the manager extends from up to ``max_concurrency`` threads at once, and
+handler threads delete and release. A ``QueueClient`` sends through one
+azure-core ``RequestsTransport``, which says of itself that it is not thread-safe
+(one ``requests.Session`` per transport, opened lazily without a lock), and
+azure-core makes no thread-safety promise for the sync pipeline. So this backend
+does not share one client between threads: extend, delete and release go through
+a client per thread (``threading.local``), built from the given client's URL,
+credential and API version (or by ``client_factory``), with the SDK's own retries
+off (the manager retries with its own, much shorter, backoff) and short network
+timeouts. The client you pass is used only for ``receive``, one request at a time,
+so your message decode policy (text or binary) and encryption settings apply.
+
+Errors are mapped by ``classify_error`` on the service's error code. ``Outcome.detail``
+carries the error code (and, for a rejected query parameter, its name) and never
+the service's message text: an error about the pop receipt quotes it, and network
+errors quote the request URL, which carries ``popreceipt=``. The urllib3 and
+azure-storage loggers log request URLs at DEBUG level, so the backend installs a
+filter on them that blanks pop receipts and SAS signatures out of their records.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import re
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+try:
+    from azure.core.exceptions import (
+        AzureError,
+        ClientAuthenticationError,
+        HttpResponseError,
+        ResourceNotFoundError,
+        ServiceRequestError,
+        ServiceResponseError,
+    )
+    from azure.storage.queue import QueueClient, QueueMessage
+except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
+    raise ImportError(
+        "leasekeeper.backends.azure needs azure-storage-queue, which is not installed: "
+        "pip install 'leasekeeper[azure]'"
+    ) from _exc
+
+from leasekeeper.backends.base import Handle, Message, Outcome, OutcomeKind
+from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
+from leasekeeper.errors import BackendError, LeaseError
+
+__all__ = ["AzureQueueBackend", "AzureQueueError", "classify_error", "scrub"]
+
+log = logging.getLogger("leasekeeper.backends.azure")
+
+MAX_BATCH = 1  # no batch update/delete in the Queue service
+MAX_MESSAGES = 32  # per Get Messages call
+MAX_VISIBILITY = 604800  # 7 days: per Update Message / Get Messages call
+DEFAULT_VISIBILITY = 30.0  # the service's default for Get Messages
+DEFAULT_EXPIRY_MARGIN = 2.0
+# adopt() trusts the service's clock for next_visible_on; allow this much skew.
+ADOPT_SKEW_MARGIN = 0.5
+# Per-thread clients: fail fast rather than sit on a lease's remaining time.
+DEFAULT_CONNECTION_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 15.0
+# receive(wait_seconds=...) re-polls with this backoff (Azure has no long poll).
+_POLL_FIRST = 0.2
+_POLL_MAX = 2.0
+
+_LOST_CODES = frozenset({"MessageNotFound", "PopReceiptMismatch"})
+_RETRY_CODES = frozenset({"ServerBusy", "InternalError", "OperationTimedOut"})
+_FATAL_CODES = frozenset(
+    {
+        "QueueNotFound",
+        "QueueBeingDeleted",
+        "QueueDisabled",
+        "ResourceNotFound",
+        "AccountIsDisabled",
+        "AuthenticationFailed",
+        "InvalidAuthenticationInfo",
+        "AuthorizationFailure",
+        "AuthorizationPermissionMismatch",
+        "AuthorizationProtocolMismatch",
+        "AuthorizationResourceTypeMismatch",
+        "AuthorizationServiceMismatch",
+        "AuthorizationSourceIPMismatch",
+        "InsufficientAccountPermissions",
+        "KeyVaultAccessTokenCannotBeAcquired",
+        "KeyVaultEncryptionKeyNotFound",
+    }
+)
+# The service says the request leasekeeper built is malformed: a bug, not a lost lease.
+_BUG_CODES = frozenset(
+    {
+        "OutOfRangeQueryParameterValue",
+        "InvalidQueryParameterValue",
+        "MissingRequiredQueryParameter",
+        "UnsupportedQueryParameter",
+        "InvalidUri",
+        "InvalidInput",
+        "InvalidHttpVerb",
+        "InvalidHeaderValue",
+        "MissingRequiredHeader",
+        "UnsupportedHeader",
+        "InvalidXmlDocument",
+        "InvalidXmlNodeValue",
+        "EmptyMetadataKey",
+        "UnsupportedHttpVerb",
+    }
+)
+
+_CODE_SHAPE = re.compile(r"[A-Za-z0-9._-]{1,100}")
+# What may carry a secret in text the SDK, urllib3 or the service produce.
+_SECRET_PATTERNS = (
+    # popreceipt=... in a request URL (and its URL-encoded forms)
+    (re.compile(r"(?i)(pop_?receipt(?:=|%3D)|popreceipt(?:=|%3D))[^&\s'\"<>]*"), r"\1<redacted>"),
+    # <PopReceipt>...</PopReceipt> in a response body
+    (re.compile(r"(?i)(<PopReceipt>)[^<]*"), r"\1<redacted>"),
+    # 'x-ms-popreceipt': '...' (logged response headers)
+    (re.compile(r"(?i)(x-ms-popreceipt['\"]?\s*[:=]\s*['\"]?)[^'\"\s,}]*"), r"\1<redacted>"),
+    # pop_receipt='...' / pop_receipt: ... in reprs
+    (re.compile(r"(?i)(pop_receipt['\"]?\s*[:=]\s*['\"]?)[^'\"\s,)}]*"), r"\1<redacted>"),
+    # the value of a rejected query parameter, quoted back by the service
+    (re.compile(r"(?i)(queryparametervalue\s*[:=]\s*)[^\n]*"), r"\1<redacted>"),
+    (re.compile(r"(?i)(<QueryParameterValue>)[^<]*"), r"\1<redacted>"),
+    # SAS signatures and account keys
+    (re.compile(r"(?i)(\bsig(?:=|%3D))[^&\s'\"<>]*"), r"\1<redacted>"),
+    (re.compile(r"(?i)(AccountKey=)[^;\s'\"]*"), r"\1<redacted>"),
+    (re.compile(r"(?i)(SharedKey [^:\s]+:)[^\s'\"]*"), r"\1<redacted>"),
+)
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with the given secrets, pop receipts, SAS signatures and keys blanked."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "<redacted>")
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class _RedactingFilter(logging.Filter):
+    """Blanks pop receipts and SAS signatures out of third-party log records.
+
+    urllib3 logs every request line, query string included, at DEBUG level, and
+    azure-storage's network-trace policy logs URLs and headers when a client has
+    ``logging_enable=True``: both would put pop receipts in the logs.
+    """
+
+    _HINTS = ("popreceipt", "pop_receipt", "sig=", "accountkey=", "queryparametervalue")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:  # a malformed record is the logging module's business
+            return True
+        lowered = text.lower()
+        if any(hint in lowered for hint in self._HINTS):
+            record.msg = scrub(text)
+            record.args = None
+        return True
+
+
+_FILTER = _RedactingFilter()
+_FILTERED_LOGGERS = (
+    "urllib3.connectionpool",
+    "azure.storage.queue._shared.policies",
+    "azure.core.pipeline.policies.http_logging_policy",
+)
+_filter_lock = threading.Lock()
+
+
+def _install_log_filter() -> None:
+    with _filter_lock:
+        for name in _FILTERED_LOGGERS:
+            logger = logging.getLogger(name)
+            if _FILTER not in logger.filters:
+                logger.addFilter(_FILTER)
+
+
+def _code_of(exc: BaseException) -> str:
+    """The service's error code as a plain str ("" when there is none or it looks odd)."""
+    code: Any = getattr(exc, "error_code", None)
+    if code is None:
+        return ""
+    value = getattr(code, "value", code)  # StorageErrorCode is a str-enum
+    if not isinstance(value, str) or not _CODE_SHAPE.fullmatch(value):
+        return ""
+    return value
+
+
+def _status_of(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    if status is None:
+        response = getattr(exc, "response", None)
+        status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) and not isinstance(status, bool) else None
+
+
+def _parameter_of(exc: BaseException) -> str:
+    """The name (never the value) of the query parameter the service rejected."""
+    info = getattr(exc, "additional_info", None)
+    if isinstance(info, dict):
+        for key, value in info.items():
+            named = str(key).lower() == "queryparametername" and isinstance(value, str)
+            if named and _CODE_SHAPE.fullmatch(value):
+                return str(value)
+    return ""
+
+
+def classify_error(exc: BaseException) -> tuple[OutcomeKind, str]:
+    """Map an exception from the SDK to an outcome kind and a detail.
+
+    The detail names the error code and HTTP status (or the exception type), never
+    the exception's text, which can quote a pop receipt or a request URL.
+
+    - lost: MessageNotFound (404), PopReceiptMismatch (400 or 404), and a 404
+      with no error code;
+    - fatal: QueueNotFound, AuthenticationFailed, AuthorizationFailure and the
+      other 401/403, account- and queue-state codes, other 4xx; and
+      OutOfRangeQueryParameterValue, InvalidQueryParameterValue and the other
+      malformed-request codes (a bug: the detail says so and names the parameter);
+    - retry: ServerBusy, InternalError, OperationTimedOut, any 5xx, 408, 429,
+      ServiceRequestError, ServiceResponseError (and their timeout subclasses),
+      OSError (connection errors, timeouts) and anything unexpected.
+    """
+    if isinstance(exc, HttpResponseError):
+        code = _code_of(exc)
+        status = _status_of(exc)
+        where = f" (HTTP {status})" if status is not None else ""
+        label = f"{code or type(exc).__name__}{where}"
+        kind = _http_kind(exc, code, status)
+        if code in _BUG_CODES:
+            parameter = _parameter_of(exc)
+            named = f" [{parameter}]" if parameter else ""
+            label = f"{label}{named}: the service rejected a request leasekeeper built"
+        return kind, label
+    if isinstance(exc, (ServiceRequestError, ServiceResponseError, OSError, AzureError)):
+        # Connection refused/reset, DNS, timeouts (their *TimeoutError subclasses).
+        return "retry", type(exc).__name__
+    return "retry", f"unexpected {type(exc).__name__}"
+
+
+def _http_kind(exc: HttpResponseError, code: str, status: int | None) -> OutcomeKind:
+    kind: OutcomeKind
+    if code in _LOST_CODES:
+        kind = "lost"
+    elif code in _RETRY_CODES:
+        kind = "retry"
+    elif (
+        code in _BUG_CODES
+        or code in _FATAL_CODES
+        or isinstance(exc, ClientAuthenticationError)
+        or status in (401, 403)
+    ):
+        kind = "fatal"
+    elif status is not None and (status >= 500 or status in (408, 429)):
+        kind = "retry"
+    elif status == 404 or isinstance(exc, ResourceNotFoundError):
+        # A message operation's 404 without a code we know: the message is gone.
+        kind = "fatal" if code else "lost"
+    elif status is not None and 400 <= status < 500:
+        kind = "fatal"
+    else:
+        kind = "retry"  # no status: the answer never arrived whole
+    return kind
+
+
+class AzureQueueError(BackendError):
+    """A receive failed. ``kind`` is "retry" (transient) or "fatal"; ``detail`` the code.
+
+    The text is built from the error code only: the SDK's own exception (whose
+    text can quote URLs) is not chained.
+    """
+
+    def __init__(self, operation: str, kind: str, detail: str) -> None:
+        LeaseError.__init__(self, f"Azure queue {operation} failed ({kind}): {detail}")
+        self.operation = operation
+        self.message_id = ""
+        self.kind = kind
+        self.detail = detail
+
+
+def _ceil_seconds(seconds: float) -> int:
+    """Round up to whole seconds, ignoring float noise (2.0000000001 -> 2)."""
+    return max(0, math.ceil(seconds - 1e-9))
+
+
+def _epoch(moment: Any) -> float | None:
+    if not isinstance(moment, datetime):
+        return None
+    if moment.tzinfo is None:  # the SDK's datetimes are UTC
+        moment = moment.replace(tzinfo=timezone.utc)
+    return float(moment.timestamp())
+
+
+class _Local(threading.local):
+    client: QueueClient | None = None
+    pid: int = 0
+    generation: int = 0
+
+
+class AzureQueueBackend:
+    """leasekeeper's backend for one Azure Storage queue.
+
+    ``AzureQueueBackend(queue_client, *, clock=None, client_factory=None,
+    expiry_margin=2.0)``. ``queue_client`` is an ``azure.storage.queue.QueueClient``;
+    it is used for ``receive`` (so its message decode policy decides whether bodies
+    are str or bytes). Extends, deletes and releases go through one client per
+    thread, made by ``client_factory()`` when given (use it to carry proxy, retry
+    or transport settings), otherwise from ``queue_client``'s URL, credential and
+    API version with the SDK's retries off and short network timeouts.
+    """
+
+    max_batch = MAX_BATCH
+    max_visibility = float(MAX_VISIBILITY)
+    rotates_receipts = True
+
+    def __init__(
+        self,
+        queue_client: QueueClient,
+        *,
+        clock: Clock | None = None,
+        client_factory: Callable[[], QueueClient] | None = None,
+        expiry_margin: float = DEFAULT_EXPIRY_MARGIN,
+    ) -> None:
+        if not isinstance(queue_client, QueueClient):
+            raise TypeError(
+                "AzureQueueBackend takes an azure.storage.queue.QueueClient, got "
+                f"{type(queue_client).__module__}.{type(queue_client).__qualname__}"
+            )
+        if client_factory is not None and not callable(client_factory):
+            raise TypeError("client_factory must be a callable returning a QueueClient")
+        if (
+            isinstance(expiry_margin, bool)
+            or not isinstance(expiry_margin, (int, float))
+            or not (math.isfinite(expiry_margin) and expiry_margin >= 1.0)
+        ):
+            # Below 1 s the round-up of an extend's timeout could pass the expiry.
+            raise ValueError(
+                f"expiry_margin must be a number >= 1.0 seconds, got {expiry_margin!r}"
+            )
+        self.queue_client = queue_client
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        self.expiry_margin = float(expiry_margin)
+        self.account_name: str = str(getattr(queue_client, "account_name", None) or "?")
+        self.queue_name: str = str(queue_client.queue_name)
+        self._factory = client_factory
+        self._driven = isinstance(self.clock, DrivenClock)
+        self._local = _Local()
+        # Guards _clients and _expiry; _receive_lock serialises use of queue_client.
+        self._lock = threading.Lock()
+        self._receive_lock = threading.Lock()
+        self._clients: weakref.WeakSet[QueueClient] = weakref.WeakSet()
+        self._generation = 1  # bumped by close(): threads then make new clients
+        self._expiry: dict[str, float] = {}  # message id -> expires_on, epoch seconds
+        self._expiry_inserts = 0
+        self._closed = threading.Event()
+        self._rng = random.Random()
+        _install_log_filter()
+
+    def __repr__(self) -> str:
+        return f"AzureQueueBackend(account={self.account_name!r}, queue={self.queue_name!r})"
+
+    # ------------------------------------------------------------------ clients
+
+    def _new_client(self) -> QueueClient:
+        if self._factory is not None:
+            return self._factory()
+        source = self.queue_client
+        credential: Any = source.credential
+        return QueueClient.from_queue_url(
+            source.url,  # carries a SAS token, if that is the credential
+            credential=credential,
+            api_version=source.api_version,
+            retry_total=0,
+            connection_timeout=DEFAULT_CONNECTION_TIMEOUT,
+            read_timeout=DEFAULT_READ_TIMEOUT,
+        )
+
+    def _client(self) -> QueueClient:
+        """This thread's own client (a new one after a fork: sockets are not shared)."""
+        local = self._local
+        client = local.client
+        pid = os.getpid()
+        if client is None or local.pid != pid or local.generation != self._generation:
+            client = self._new_client()
+            with self._lock:
+                self._clients.add(client)
+                local.generation = self._generation
+            local.client = client
+            local.pid = pid
+        return client
+
+    def close(self) -> None:
+        """Close the per-thread clients this backend made and end any receive wait.
+
+        The ``queue_client`` you passed in stays open: it is yours. Calls made after
+        ``close()`` still work (through new clients), but ``receive`` no longer waits.
+        """
+        self._closed.set()
+        with self._lock:
+            clients = list(self._clients)
+            self._clients = weakref.WeakSet()
+            self._generation += 1
+        for client in clients:
+            try:
+                client.close()
+            except Exception as exc:
+                log.debug("closing a per-thread client failed: %s", type(exc).__name__)
+
+    def __enter__(self) -> AzureQueueBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ expiry
+
+    def _remember_expiry(self, message_id: str, expires: float | None) -> None:
+        if expires is None:
+            return
+        with self._lock:
+            self._expiry[message_id] = expires
+            self._expiry_inserts += 1
+            if self._expiry_inserts >= 4096:
+                # Messages that were never deleted or released here (lost, abandoned)
+                # are forgotten once they have expired.
+                self._expiry_inserts = 0
+                wall = self.clock.wall()
+                for key in [k for k, v in self._expiry.items() if v < wall]:
+                    del self._expiry[key]
+
+    def _forget(self, message_id: str) -> None:
+        with self._lock:
+            self._expiry.pop(message_id, None)
+
+    def _known_expiry(self, message_id: str) -> float | None:
+        with self._lock:
+            return self._expiry.get(message_id)
+
+    # ------------------------------------------------------------------ receiving
+
+    def receive(
+        self,
+        max_messages: int = 1,
+        wait_seconds: float = 0.0,
+        visibility_timeout: float | None = None,
+    ) -> list[Message]:
+        """Receive up to ``max_messages`` (at most 32) messages.
+
+        Azure has no long poll: with ``wait_seconds`` the queue is polled again,
+        pausing 0.2 s and doubling up to 2 s, until a message arrives or the time
+        is up. ``visibility_timeout`` (1 to 604800 s, default 30) is sent rounded
+        up to whole seconds; the message records the value asked for, so its
+        local deadline is never later than the service's.
+        """
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int):
+            raise TypeError(f"max_messages must be an int, got {max_messages!r}")
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages!r}")
+        count = min(max_messages, MAX_MESSAGES)
+        if (
+            isinstance(wait_seconds, bool)
+            or not isinstance(wait_seconds, (int, float))
+            or not (math.isfinite(wait_seconds) and wait_seconds >= 0)
+        ):
+            raise ValueError(f"wait_seconds must be a finite number >= 0, got {wait_seconds!r}")
+        vis = DEFAULT_VISIBILITY if visibility_timeout is None else visibility_timeout
+        if (
+            isinstance(vis, bool)
+            or not isinstance(vis, (int, float))
+            or not (math.isfinite(vis) and 1 <= vis <= MAX_VISIBILITY)
+        ):
+            raise ValueError(
+                f"visibility_timeout must be between 1 and {MAX_VISIBILITY} seconds, got {vis!r}"
+            )
+        vis = float(vis)
+        sent = _ceil_seconds(vis)
+        deadline = self.clock.now() + float(wait_seconds)
+        pause = _POLL_FIRST
+        while True:
+            received_at = self.clock.now()  # just before the request: rule 1
+            page = self._receive_page(count, sent)
+            if page:
+                return self._messages(page, received_at, vis)
+            left = deadline - self.clock.now()
+            if left <= 0 or self._driven or self._closed.is_set():
+                return []
+            self._closed.wait(min(pause * self._rng.uniform(0.8, 1.2), left))
+            pause = min(pause * 2, _POLL_MAX)
+
+    def _receive_page(self, count: int, visibility: int) -> list[QueueMessage]:
+        try:
+            with self._receive_lock:
+                pager = self.queue_client.receive_messages(
+                    messages_per_page=count, max_messages=count, visibility_timeout=visibility
+                )
+                # One page is one Get Messages call; iterating further would poll again.
+                page = next(iter(pager.by_page()), None)
+                return [] if page is None else list(page)
+        except Exception as exc:
+            kind, detail = classify_error(exc)
+            log.debug("receive from %r failed (%s): %s", self, kind, detail)
+            error = AzureQueueError("receive", kind, detail)
+        # Raised outside the except block: the SDK's exception, whose text may quote
+        # the request URL, is neither chained nor shown as context.
+        raise error
+
+    def _messages(self, page: list[QueueMessage], received_at: float, vis: float) -> list[Message]:
+        now = self.clock.now()
+        offset = self.clock.wall() - now  # epoch - monotonic, read together
+        out: list[Message] = []
+        for raw in page:
+            out.append(self._message(raw, received_at, vis, offset, hint_margin=0.0))
+        return out
+
+    def _message(
+        self,
+        raw: QueueMessage,
+        received_at: float,
+        vis: float,
+        offset: float,
+        *,
+        hint_margin: float,
+    ) -> Message:
+        message_id = str(raw.id)
+        receipt = raw.pop_receipt
+        if not isinstance(receipt, str) or not receipt:
+            raise ValueError(
+                f"message {message_id!r} has no pop receipt (was it peeked rather than "
+                "received?): it cannot be leased"
+            )
+        visible_epoch = _epoch(raw.next_visible_on)
+        hint = None if visible_epoch is None else visible_epoch - offset - hint_margin
+        expires = _epoch(raw.expires_on)
+        hard = None if expires is None else expires - offset - self.expiry_margin
+        self._remember_expiry(message_id, expires)
+        count = raw.dequeue_count
+        return Message(
+            id=message_id,
+            body=_body(raw.content),
+            receipt=receipt,
+            backend=self,
+            received_at=received_at,
+            visibility_timeout=vis,
+            receive_count=count if isinstance(count, int) and count > 0 else 1,
+            raw=raw,
+            deadline_hint=hint,
+            hard_deadline=hard,
+        )
+
+    def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
+        """Turn a ``QueueMessage`` you received yourself into a Message to register.
+
+        The time it was received is not known, so the local estimate counts
+        ``visibility_timeout`` from now and the message's ``next_visible_on`` (the
+        service's clock, less a 0.5 s skew allowance) may only shorten it. Without
+        ``visibility_timeout`` the estimate is ``next_visible_on`` alone.
+        """
+        if not isinstance(raw, QueueMessage):
+            raise TypeError(
+                f"AzureQueueBackend.adopt() takes an azure.storage.queue.QueueMessage, "
+                f"got {type(raw).__name__}"
+            )
+        if not raw.id:
+            raise ValueError("the QueueMessage has no id")
+        now = self.clock.now()
+        offset = self.clock.wall() - now
+        if visibility_timeout is None:
+            visible_epoch = _epoch(raw.next_visible_on)
+            if visible_epoch is None:
+                raise ValueError(
+                    f"message {raw.id!r} has no next_visible_on: pass visibility_timeout"
+                )
+            vis = max(0.0, visible_epoch - offset - ADOPT_SKEW_MARGIN - now)
+        else:
+            if (
+                isinstance(visibility_timeout, bool)
+                or not isinstance(visibility_timeout, (int, float))
+                or not (math.isfinite(visibility_timeout) and visibility_timeout >= 0)
+            ):
+                raise ValueError(
+                    f"visibility_timeout must be a number of seconds >= 0, got "
+                    f"{visibility_timeout!r}"
+                )
+            vis = float(visibility_timeout)
+        return self._message(raw, now, vis, offset, hint_margin=ADOPT_SKEW_MARGIN)
+
+    # ------------------------------------------------------------------ the manager's calls
+
+    def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
+        """Update Message with ``visibility_timeout=ceil(timeout)``; a new receipt each."""
+        finite = isinstance(timeout, (int, float)) and math.isfinite(timeout)
+        seconds = _ceil_seconds(timeout) if finite else -1
+        if not 1 <= seconds <= MAX_VISIBILITY:
+            detail = (
+                f"OutOfRangeQueryParameterValue [visibilitytimeout]: extend by {timeout!r}s "
+                f"is outside 1..{MAX_VISIBILITY}s (not sent)"
+            )
+            return [Outcome("fatal", detail=detail) for _ in handles]
+        client = self._client()
+        out: list[Outcome] = []
+        for handle in handles:
+            expiry = self._known_expiry(handle.message_id)
+            if expiry is not None and self.clock.wall() + seconds > expiry:
+                out.append(
+                    Outcome(
+                        "capped",
+                        detail=f"extend by {seconds}s would pass the message's expires_on",
+                    )
+                )
+                continue
+            outcome = self._update(client, "extend", handle, seconds)
+            # Gone at (about) its expiry: the local check above missed it only by
+            # clock skew. The lease ran into the TTL cap rather than being lost.
+            expired = expiry is not None and self.clock.wall() >= expiry - self.expiry_margin
+            if expired and outcome.kind == "lost" and outcome.detail.startswith("MessageNotFound"):
+                outcome = Outcome("capped", detail="MessageNotFound: the message expired")
+                self._forget(handle.message_id)
+            out.append(outcome)
+        return out
+
+    def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
+        """Update Message with ``visibility_timeout=ceil(delay)`` (0: visible at once)."""
+        finite = isinstance(delay, (int, float)) and math.isfinite(delay) and delay >= 0
+        seconds = _ceil_seconds(delay) if finite else -1
+        if not 0 <= seconds <= MAX_VISIBILITY:
+            detail = f"release delay {delay!r}s is outside 0..{MAX_VISIBILITY}s (not sent)"
+            return [Outcome("fatal", detail=detail) for _ in handles]
+        client = self._client()
+        out: list[Outcome] = []
+        for handle in handles:
+            outcome = self._update(client, "release", handle, seconds)
+            if outcome.kind in ("ok", "lost"):
+                self._forget(handle.message_id)
+            out.append(outcome)
+        return out
+
+    def delete(self, handles: Sequence[Handle]) -> list[Outcome]:
+        client = self._client()
+        out: list[Outcome] = []
+        for handle in handles:
+            try:
+                client.delete_message(handle.message_id, handle.receipt)
+            except Exception as exc:
+                out.append(self._failed("delete", handle, exc))
+                continue
+            self._forget(handle.message_id)
+            out.append(Outcome("ok"))
+        return out
+
+    def _update(self, client: QueueClient, operation: str, handle: Handle, seconds: int) -> Outcome:
+        try:
+            # The id, not the QueueMessage (that would re-upload its content), and
+            # visibility_timeout always given (left out, the SDK sends 0).
+            answer = client.update_message(
+                handle.message_id, pop_receipt=handle.receipt, visibility_timeout=seconds
+            )
+        except Exception as exc:
+            outcome = self._failed(operation, handle, exc)
+            if outcome.kind == "lost":
+                self._forget(handle.message_id)
+            return outcome
+        receipt = getattr(answer, "pop_receipt", None)
+        if not isinstance(receipt, str) or not receipt:
+            # The old receipt is dead and the new one is unknown: the lease is gone.
+            return Outcome("lost", detail="no pop receipt in the Update Message answer")
+        return Outcome("ok", receipt=receipt)
+
+    def _failed(self, operation: str, handle: Handle, exc: BaseException) -> Outcome:
+        kind, detail = classify_error(exc)
+        log.debug(
+            "%s of message %r on %r: %s (%s)", operation, handle.message_id, self, kind, detail
+        )
+        return Outcome(kind, detail=detail)
+
+
+def _body(content: Any) -> str | bytes:
+    if content is None:
+        return ""
+    if isinstance(content, (str, bytes)):
+        return content
+    if isinstance(content, (bytearray, memoryview)):
+        return bytes(content)
+    return str(content)
