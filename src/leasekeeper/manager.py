@@ -282,16 +282,20 @@ class LeaseManager:
         if self._inflight:
             remaining = None if deadline is None else max(0.0, deadline - self.clock.now())
             wait_futures(list(self._inflight), timeout=remaining)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
         if self._driven and self._started:
             self.clock.detach(self)  # type: ignore[attr-defined]
         if release:
             self._release_all(deadline)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _release_all(self, deadline: float | None) -> None:
+        """Release every active lease, in batches, on the dispatch pool: a backend
+        without batch calls (MNS, Azure) would otherwise take one round trip per
+        lease, one after another, while a shutdown waits."""
         with self._registry_lock:
             lanes = [(lane, list(lane.leases.values())) for lane in self._lanes.values()]
+        chunks: list[tuple[Backend, Sequence[Lease]]] = []
         for lane, leases in lanes:
             locked: list[Lease] = []
             for lease in leases:
@@ -302,25 +306,33 @@ class LeaseManager:
                         locked.append(lease)
                     else:
                         lease._op_lock.release()
-            try:
-                for chunk in chunked(locked, lane.backend.max_batch):
-                    outcomes = self._call(lane.backend, "release", chunk, 0.0)
-                    for lease, outcome in zip(chunk, outcomes, strict=True):
-                        if outcome.kind not in ("ok", "lost"):
-                            log.warning(
-                                "close(): release of message %r failed (%s: %s); "
-                                "it reappears when its invisibility runs out",
-                                lease.id,
-                                outcome.kind,
-                                outcome.detail,
-                            )
-                        self._end(
-                            lease, LeaseState.RELEASED, "released by close()", stop_handler=True
-                        )
-            finally:
-                for lease in locked:
-                    lease._op_lock.release()
+            chunks += [(lane.backend, c) for c in chunked(locked, lane.backend.max_batch)]
+        if self._pool is None or len(chunks) < 2:
+            for backend, chunk in chunks:
+                self._release_chunk(backend, chunk)
+        else:
+            futures = [self._pool.submit(self._release_chunk, b, c) for b, c in chunks]
+            remaining = None if deadline is None else max(0.0, deadline - self.clock.now())
+            wait_futures(futures, timeout=remaining)
         self._drain_notifications()
+
+    def _release_chunk(self, backend: Backend, chunk: Sequence[Lease]) -> None:
+        """Release one batch of leases whose op locks the caller took; unlock them."""
+        try:
+            outcomes = self._call(backend, "release", chunk, 0.0)
+            for lease, outcome in zip(chunk, outcomes, strict=True):
+                if outcome.kind not in ("ok", "lost"):
+                    log.warning(
+                        "close(): release of message %r failed (%s: %s); "
+                        "it reappears when its invisibility runs out",
+                        lease.id,
+                        outcome.kind,
+                        outcome.detail,
+                    )
+                self._end(lease, LeaseState.RELEASED, "released by close()", stop_handler=True)
+        finally:
+            for lease in chunk:
+                lease._op_lock.release()
 
     # ------------------------------------------------------------------ registering
 

@@ -91,8 +91,11 @@ class Worker:
             )
         self.handler = handler
         self.concurrency = concurrency
-        self.batch_size = batch_size
-        self.wait_seconds = float(wait_seconds)
+        # Within what one receive call of this service may ask for.
+        self.batch_size = min(batch_size, getattr(self.backend, "max_receive", batch_size))
+        self.wait_seconds = min(
+            float(wait_seconds), getattr(self.backend, "max_wait_seconds", float(wait_seconds))
+        )
         self.shutdown_timeout = float(shutdown_timeout)
         self.stats = WorkerStats()
         # Guards _running, stats and the stop flags; the receive loop waits on it

@@ -580,3 +580,35 @@ def test_receipts_never_reach_reprs_logs_or_errors(
     assert "lost" in blob  # the scenario did produce log lines and errors
     for receipt in receipts:
         assert receipt not in blob
+
+
+def test_close_releases_in_parallel_on_a_backend_without_batches() -> None:
+    # 40 leases on a 1-per-call backend whose calls each take 50 ms: released on
+    # the dispatch pool, not one after another (which would take 2 s).
+    import time
+
+    queue = MemoryQueue(30, max_batch=1)
+    slow = ScriptedBackend(queue)
+    for i in range(40):
+        queue.send(f"job {i}")
+    manager = LeaseManager(slow, visibility_timeout=30, max_concurrency=16)
+    leases = [manager.register(m) for m in receive_all(slow, 40)]
+    original = queue.release
+
+    def slow_release(handles: Any, delay: float) -> Any:
+        time.sleep(0.05)
+        return original(handles, delay)
+
+    queue.release = slow_release  # type: ignore[method-assign]
+    threads_seen: set[str] = set()
+    real_call = manager._call
+
+    def spy(*args: Any) -> Any:
+        threads_seen.add(threading.current_thread().name)
+        return real_call(*args)
+
+    manager._call = spy  # type: ignore[method-assign]
+    manager.close()
+    assert all(lease.state is LeaseState.RELEASED for lease in leases)
+    assert queue.visible_count() == 40
+    assert len(threads_seen) > 4, "releases ran one after another"

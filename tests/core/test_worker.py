@@ -178,3 +178,11 @@ def test_sigterm_lets_running_handlers_finish(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=15)
     assert proc.returncode == 0
     assert json.loads(out.strip().splitlines()[-1]) == {"completed": 2, "left": 0}
+
+
+def test_worker_keeps_receives_within_the_services_limits() -> None:
+    queue = MemoryQueue(1.0)
+    queue.max_receive = 3  # type: ignore[attr-defined]
+    queue.max_wait_seconds = 0.5  # type: ignore[attr-defined]
+    worker = Worker(queue, print, batch_size=10, wait_seconds=20)
+    assert (worker.batch_size, worker.wait_seconds) == (3, 0.5)

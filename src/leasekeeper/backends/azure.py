@@ -359,6 +359,7 @@ class AzureQueueBackend:
     max_batch = MAX_BATCH
     max_visibility = float(MAX_VISIBILITY)
     rotates_receipts = True
+    max_receive = MAX_MESSAGES  # messages per Get Messages
 
     def __init__(
         self,

@@ -140,6 +140,8 @@ class Backend(Protocol):
     max_batch: int  # entries per extend/delete/release call
     max_visibility: float  # the longest invisibility one call may set, seconds
     rotates_receipts: bool  # does every extend issue a new receipt?
+    # Optional, read with getattr by Worker and leasekeeper.spark: ``max_receive``
+    # (messages one receive may return) and ``max_wait_seconds`` (longest long poll).
 
     def receive(
         self,

@@ -1,0 +1,813 @@
+"""MNSBackend: leasekeeper on Aliyun MNS (Simple Message Queue), through aliyun-mns-sdk.
+
+::
+
+    from mns.account import Account
+    from leasekeeper import LeaseManager
+    from leasekeeper.backends.mns import MNSBackend
+
+    queue = Account(endpoint, access_key_id, access_key_secret).get_queue("jobs")
+    backend = MNSBackend(queue)
+    with LeaseManager(backend, visibility_timeout=60) as manager:
+        for message in backend.receive(max_messages=16, wait_seconds=20):
+            with manager.lease(message):
+                handle(message.body)
+
+How MNS maps onto the backend contract (see docs/backends/mns.md):
+
+- Every receive and every ChangeMessageVisibility issues a **new** ReceiptHandle
+  and kills the previous one, so ``rotates_receipts`` is True and every
+  successful extend or release answers ``Outcome("ok", receipt=<new>)``.
+- MNS has no batch ChangeMessageVisibility. The manager hands each chunk of
+  ``max_batch`` due leases to *one* pool thread, which would extend them one
+  after another; so ``max_batch`` is 1 and the manager spreads extends over its
+  ``max_concurrency`` threads. ``delete`` still uses BatchDeleteMessage (up to
+  16 handles a call) when it is given several handles; with one handle it uses
+  DeleteMessage.
+- ChangeMessageVisibility takes whole seconds, 1 to 43200. Extends round **up**
+  (the manager counts its deadline from the float it asked for, so a longer real
+  invisibility is the safe side). A release cannot ask for 0 seconds: release
+  delays round **down** to whole seconds, but to at least **1 s**, so
+  ``release(delay=0)`` makes the message visible again after one second.
+- A receive cannot choose its visibility timeout: the queue's VisibilityTimeout
+  applies. The backend reads it once (GetQueueAttributes), or takes it from
+  ``queue_visibility_timeout=``. When ``receive(visibility_timeout=T)`` asks for
+  another value, each received message gets a ChangeMessageVisibility to ``T``
+  right away (and its new handle); if that call fails the message keeps the
+  queue's timeout and the local deadline says so. Give the queue the same
+  VisibilityTimeout as ``LeaseConfig.visibility_timeout`` to save those calls.
+- ``received_at`` is read just before the request; the service's
+  NextVisibleTime (epoch ms) may only shorten the local deadline (a hint that
+  lies before the request was even sent is clock skew and is ignored, with a
+  warning). MNS documents no limit on the total invisibility, so
+  ``hard_deadline`` is None.
+
+Threads: one ``mns.account.Account`` holds a single HTTP connection shared by
+every ``Queue`` obtained from it, and two threads using it at once corrupt each
+other's requests. So this backend never sends a request through the ``Queue``
+you pass in (not even receive): it reads that queue's name, endpoint, credentials
+provider and body encoding once, and every thread that calls the backend (the
+manager's dispatch threads, handler threads, your receive loop) gets its own
+``Account``/``Queue`` from a ``threading.local``, created on first use (and again
+after a fork). Your ``Queue`` stays yours, to use from your own thread. The
+per-thread clients are built without the SDK's logger (it logs receipt handles)
+and with a 10 s socket timeout per call (``wait_seconds + 10`` s for a receive).
+
+Errors are mapped by ``classify_error`` on the MNS error code: MessageNotExist
+and ReceiptHandleError are "lost" (on receive, MessageNotExist means "no
+message"); QueueNotExist, authentication errors and malformed-request errors
+(InvalidArgument: a bug) are "fatal"; InternalError, ServiceUnavailable,
+QpsLimitExceeded and network errors are "retry". ``Outcome.detail`` is the error
+code; only for a malformed-request error does it add the service's message, with
+anything handle-like blanked out.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any
+from urllib.parse import quote
+
+try:
+    from mns.account import Account
+    from mns.auth import StaticCredentialsProvider
+    from mns.mns_exception import (
+        MNSClientNetworkException,
+        MNSClientParameterException,
+        MNSExceptionBase,
+        MNSServerException,
+    )
+    from mns.mns_request import GetQueueAttributesRequest, GetQueueAttributesResponse
+    from mns.queue import Message as MNSMessage
+    from mns.queue import Queue as MNSQueue
+except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
+    raise ImportError(
+        "leasekeeper.backends.mns needs aliyun-mns-sdk, which is not installed: "
+        "pip install 'leasekeeper[mns]'"
+    ) from _exc
+
+from leasekeeper.backends.base import Handle, Message, Outcome, OutcomeKind
+from leasekeeper.clock import SYSTEM_CLOCK, Clock
+from leasekeeper.errors import BackendError, LeaseError
+
+__all__ = ["MNSBackend", "MNSQueueError", "classify_error", "scrub"]
+
+log = logging.getLogger("leasekeeper.backends.mns")
+
+MAX_BATCH = 1  # no batch ChangeMessageVisibility: spread extends over the pool
+MAX_DELETE_BATCH = 16  # BatchDeleteMessage
+MAX_RECEIVE = 16  # BatchReceiveMessage
+MAX_WAIT_SECONDS = 30  # long poll
+MAX_VISIBILITY = 43200  # ChangeMessageVisibility and the queue's VisibilityTimeout
+MIN_VISIBILITY = 1  # ChangeMessageVisibility refuses 0
+# Socket timeout of a per-thread client for one extend/delete/release/attribute
+# call; a receive gets its long-poll wait on top.
+CALL_TIMEOUT = 10.0
+# adopt() trusts the service's clock for next_visible_time; allow this much skew.
+ADOPT_SKEW_MARGIN = 0.5
+
+LOST_CODES = frozenset({"MessageNotExist", "ReceiptHandleError"})
+RETRY_CODES = frozenset(
+    {
+        "InternalError",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "ServiceBusy",
+        "QpsLimitExceeded",
+        "TimeExpired",  # the request arrived too late (408): a slow network, or skew
+        "RequestTimeout",
+    }
+)
+AUTH_CODES = frozenset(
+    {
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "InvalidAuthorizationHeader",
+        "MissingAuthorizationHeader",
+        # STS token codes as other Aliyun services name them (not in MNS's code list).
+        "InvalidSecurityToken",
+        "SecurityTokenExpired",
+        "InvalidSecurityTokenExpired",
+        "Forbidden",
+    }
+)
+QUEUE_GONE_CODES = frozenset({"QueueNotExist", "QueueDeletedRecently"})
+# The service says a request leasekeeper built is malformed: a bug, not a lost lease.
+BUG_CODES = frozenset(
+    {
+        "InvalidArgument",
+        "InvalidQueryString",
+        "InvalidRequestURL",
+        "MalformedXML",
+        "InvalidDegist",  # sic: the service's spelling
+        "InvalidDateHeader",
+        "MissingDateHeader",
+        "MissingReceiptHandle",
+        "MissingVisibilityTimeout",
+        "InvalidQueueName",
+        "QueueNameLengthError",
+    }
+)
+FATAL_CODES = AUTH_CODES | QUEUE_GONE_CODES | BUG_CODES
+
+_CODE_SHAPE = re.compile(r"[A-Za-z0-9._-]{1,100}")
+# A receipt handle (or anything like one) in free text: a token of 16+ base64/URL
+# characters with a digit in it. Error codes and English words have no digits.
+_TOKEN = re.compile(r"(?=[A-Za-z0-9+/=_%.-]*[0-9])[A-Za-z0-9+/=_%.-]{16,}")
+_HANDLE_FIELD = re.compile(r"(?i)(receipt_?handle['\"]?\s*(?:=|:|>)\s*['\"]?)[^&\s'\"<,;)]*")
+_MAX_TEXT = 300
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with the given secrets and anything handle-like blanked out, shortened."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "<redacted>")
+            text = text.replace(quote(secret, safe=""), "<redacted>")
+    text = _HANDLE_FIELD.sub(r"\1<redacted>", text)
+    text = _TOKEN.sub("<redacted>", text)
+    text = " ".join(text.split())  # no multi-line XML dumps in one log line
+    return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 3] + "..."
+
+
+def _code_of(exc: BaseException) -> str:
+    code = getattr(exc, "type", None)
+    if isinstance(code, str) and _CODE_SHAPE.fullmatch(code):
+        return code
+    return "UnknownError"
+
+
+def _kind_of_code(code: str) -> OutcomeKind:
+    if code in LOST_CODES:
+        return "lost"
+    if code in FATAL_CODES:
+        return "fatal"
+    # RETRY_CODES, and codes we do not know: keep trying while the lease has time;
+    # a persistent error turns into "lost" at the lease's deadline.
+    return "retry"
+
+
+def _detail_of_code(code: str, message: Any, secrets: Iterable[str]) -> str:
+    if code in BUG_CODES:
+        text = scrub(message, secrets) if isinstance(message, str) else ""
+        said = f" ({text})" if text else ""
+        return f"{code}: the service rejected a request leasekeeper built{said}"
+    if code in AUTH_CODES:
+        return f"{code}: the credentials were refused"
+    if code in QUEUE_GONE_CODES:
+        return f"{code}: the queue does not exist"
+    return code
+
+
+def classify_error(exc: BaseException, secrets: Iterable[str] = ()) -> tuple[OutcomeKind, str]:
+    """Map an exception from the SDK to an outcome kind and a detail.
+
+    The detail names the error code (or the exception type), never the text of a
+    receipt handle: for malformed-request codes it adds the service's message
+    with ``secrets`` and anything handle-like blanked out.
+
+    - lost: MessageNotExist, ReceiptHandleError;
+    - fatal: QueueNotExist; AccessDenied, InvalidAccessKeyId,
+      SignatureDoesNotMatch and the other authentication codes; InvalidArgument
+      and the other malformed-request codes (a bug); the SDK's own parameter
+      check (``MNSClientParameterException``);
+    - retry: InternalError, ServiceUnavailable, QpsLimitExceeded, TimeExpired and
+      unknown codes; ``MNSClientNetworkException`` (connection errors, timeouts,
+      a damaged answer); OSError and anything unexpected.
+    """
+    if isinstance(exc, MNSServerException):
+        code = _code_of(exc)
+        return _kind_of_code(code), _detail_of_code(code, getattr(exc, "message", ""), secrets)
+    if isinstance(exc, MNSClientNetworkException):
+        # NetWorkException (connection refused/reset, timeout), RespDataDamaged (an
+        # answer cut short or garbled), UnkownError (sic: an unexpected status).
+        return "retry", _code_of(exc)
+    if isinstance(exc, MNSClientParameterException):
+        return "fatal", f"{_code_of(exc)}: the SDK refused a request leasekeeper built"
+    if isinstance(exc, MNSExceptionBase):
+        return "retry", _code_of(exc)
+    if isinstance(exc, OSError):
+        return "retry", type(exc).__name__
+    return "retry", f"unexpected {type(exc).__name__}"
+
+
+class MNSQueueError(BackendError):
+    """A receive (or the queue-attribute read it needs) failed.
+
+    ``kind`` is "retry" (transient) or "fatal"; ``detail`` the error code. The
+    text is built from the code only: the SDK's exception is not chained (its
+    text can quote a whole response, receipt handles included).
+    """
+
+    def __init__(self, operation: str, kind: str, detail: str, request_id: str = "") -> None:
+        where = f" [request id {request_id}]" if request_id else ""
+        LeaseError.__init__(self, f"MNS {operation} failed ({kind}): {detail}{where}")
+        self.operation = operation
+        self.message_id = ""
+        self.kind = kind
+        self.detail = detail
+        self.request_id = request_id
+
+
+def _request_id(exc: BaseException) -> str:
+    rid = getattr(exc, "req_id", None)
+    return rid if isinstance(rid, str) and _CODE_SHAPE.fullmatch(rid) else ""
+
+
+def _ceil_seconds(seconds: float) -> int:
+    """Round up to whole seconds, ignoring float noise (2.0000000001 -> 2)."""
+    return math.ceil(seconds - 1e-9)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _body(content: Any) -> str | bytes:
+    """bytes (the SDK base64-decodes) -> str when valid UTF-8, bytes otherwise."""
+    if content is None:
+        return ""
+    if isinstance(content, (bytearray, memoryview)):
+        content = bytes(content)
+    if isinstance(content, bytes):
+        try:
+            return content.decode("utf-8")
+        except UnicodeDecodeError:
+            return content
+    if isinstance(content, str):
+        return content
+    return str(content)
+
+
+def _epoch_ms(value: Any) -> int | None:
+    """NextVisibleTime as an int (it is a str in ChangeVisibility answers)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        ms = int(value)
+    except (TypeError, ValueError):
+        return None
+    return ms if ms > 1 else None  # an SDK Message() that was never received says 1
+
+
+def _set_timeout(queue: Any, seconds: float) -> None:
+    """Set the socket timeout of a per-thread client's one connection.
+
+    The SDK fixes it at connect time (60 s for http, none at all for https): a
+    stalled connection would hold a dispatch thread far past a lease's deadline.
+    """
+    http = queue.mns_client.http
+    http.connection_timeout = seconds
+    conn = http.conn
+    conn.timeout = seconds  # HTTPSConnection.connect
+    if hasattr(conn, "connection_timeout"):
+        conn.connection_timeout = seconds  # MNSHTTPConnection.connect
+    sock = getattr(conn, "sock", None)
+    if sock is not None:
+        sock.settimeout(seconds)
+
+
+class _Local(threading.local):
+    queue: Any = None
+    pid: int = 0
+    timeout: float = -1.0
+
+
+class MNSBackend:
+    """leasekeeper's backend for one MNS queue.
+
+    ``MNSBackend(queue, *, clock=None, queue_visibility_timeout=None)``.
+    ``queue`` is an ``mns.queue.Queue`` (``Account(...).get_queue(name)``); the
+    backend copies its endpoint, credentials provider and encoding and never
+    sends a request through it (see the module docstring). ``queue_visibility_timeout``
+    is the queue's VisibilityTimeout, if you know it: otherwise it is read once
+    with GetQueueAttributes when first needed and cached (call
+    ``refresh_queue_attributes()`` after changing it).
+    """
+
+    max_batch = MAX_BATCH
+    max_visibility = float(MAX_VISIBILITY)
+    rotates_receipts = True
+    max_receive = MAX_RECEIVE  # messages per BatchReceiveMessage
+    max_wait_seconds = float(MAX_WAIT_SECONDS)  # longest long poll
+
+    def __init__(
+        self,
+        queue: Any,
+        *,
+        clock: Clock | None = None,
+        queue_visibility_timeout: float | None = None,
+    ) -> None:
+        if not isinstance(queue, MNSQueue):
+            raise TypeError(
+                "MNSBackend takes an mns.queue.Queue (Account(...).get_queue(name)), got "
+                f"{type(queue).__module__}.{type(queue).__qualname__}"
+            )
+        client = queue.mns_client
+        host = getattr(client, "host", None)
+        if not isinstance(host, str) or not host:
+            raise ValueError("the queue's MNS client has no host")
+        if queue_visibility_timeout is not None and not (
+            _finite(queue_visibility_timeout)
+            and MIN_VISIBILITY <= queue_visibility_timeout <= MAX_VISIBILITY
+        ):
+            raise ValueError(
+                f"queue_visibility_timeout must be between {MIN_VISIBILITY} and "
+                f"{MAX_VISIBILITY} seconds, got {queue_visibility_timeout!r}"
+            )
+        self.queue_name: str = str(queue.queue_name)
+        self.host: str = host
+        scheme = "https" if getattr(client, "is_https", False) else "http"
+        self._endpoint = f"{scheme}://{host}"
+        self._provider: Any = client.credentials_provider
+        self._encoding = bool(getattr(queue, "encoding", True))
+        self._keep_alive = bool(getattr(client.http, "keep_alive", True))
+        self._version: str = str(getattr(client, "version", "2015-06-06"))
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        self._local = _Local()
+        # Guards _queue_vt and _clients.
+        self._lock = threading.Lock()
+        self._queue_vt: float | None = (
+            None if queue_visibility_timeout is None else float(queue_visibility_timeout)
+        )
+        self._clients: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._skew_warned = False
+
+    def __repr__(self) -> str:
+        return f"MNSBackend(host={self.host!r}, queue={self.queue_name!r})"
+
+    # ------------------------------------------------------------------ clients
+
+    def _credentials_provider(self) -> Any:
+        """A provider for a new client: a copy of a static one, else the same object.
+
+        A custom provider (STS refresh, alibabacloud_credentials) is shared, so its
+        refreshed tokens reach every thread; such providers must be thread-safe.
+        """
+        provider = self._provider
+        if type(provider) is StaticCredentialsProvider:
+            creds = provider.get_credentials()
+            return StaticCredentialsProvider(
+                creds.get_access_key_id(),
+                creds.get_access_key_secret(),
+                creds.get_security_token() or "",
+            )
+        return provider
+
+    def _new_queue(self) -> Any:
+        """A new Account and Queue for the calling thread (never shared)."""
+        account = Account(self._endpoint, credentials_provider=self._credentials_provider())
+        client = account.mns_client
+        client.version = self._version
+        client.http.set_keep_alive(self._keep_alive)
+        queue = account.get_queue(self.queue_name)
+        queue.set_encoding(self._encoding)
+        return queue
+
+    def _queue(self, timeout: float = CALL_TIMEOUT) -> Any:
+        """This thread's own Queue (a new one after a fork: sockets are not shared)."""
+        local = self._local
+        pid = os.getpid()
+        if local.queue is None or local.pid != pid:
+            queue = self._new_queue()
+            local.queue = queue
+            local.pid = pid
+            local.timeout = -1.0
+            with self._lock:
+                self._clients.add(queue)
+        if local.timeout != timeout:
+            try:
+                _set_timeout(local.queue, timeout)
+                local.timeout = timeout
+            except Exception as exc:  # an SDK whose internals moved: keep its defaults
+                log.debug("could not set the MNS client's timeout: %s", type(exc).__name__)
+        return local.queue
+
+    def close(self) -> None:
+        """Close the connections of the per-thread clients this backend made.
+
+        A thread that calls the backend afterwards reconnects. The ``Queue`` you
+        passed in is untouched: it is yours.
+        """
+        with self._lock:
+            clients = list(self._clients)
+        for queue in clients:
+            try:
+                queue.mns_client.close_connection()
+            except Exception as exc:
+                log.debug("closing a per-thread MNS connection failed: %s", type(exc).__name__)
+
+    def __enter__(self) -> MNSBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _secrets(self, handles: Iterable[str] = ()) -> list[str]:
+        """What ``scrub`` must blank out of an error's text: these handles and the key."""
+        secrets = [h for h in handles if h]
+        provider = self._provider
+        if type(provider) is StaticCredentialsProvider:  # a custom one may refresh: no call
+            key = provider.get_credentials().get_access_key_secret()
+            if isinstance(key, str) and key:
+                secrets.append(key)
+        return secrets
+
+    # ------------------------------------------------------------------ queue attributes
+
+    def queue_visibility_timeout(self) -> float:
+        """The queue's VisibilityTimeout in seconds: read once, then cached.
+
+        Raises ``MNSQueueError`` when GetQueueAttributes fails (the RAM policy needs
+        ``mns:GetQueueAttributes``, or pass ``queue_visibility_timeout=``).
+        """
+        with self._lock:
+            cached = self._queue_vt
+        if cached is not None:
+            return cached
+        queue = self._queue()
+        request = GetQueueAttributesRequest(self.queue_name)
+        response = GetQueueAttributesResponse()
+        error: MNSQueueError | None = None
+        try:
+            # The client call, not Queue.get_attributes(): that one fills deprecated
+            # QueueMeta fields and warns about each.
+            queue.mns_client.get_queue_attributes(request, response)
+        except Exception as exc:
+            kind, detail = classify_error(exc, self._secrets())
+            if kind == "lost":  # MessageNotExist means nothing for a queue read
+                kind = "retry"
+            if detail.split(":", 1)[0] in AUTH_CODES:
+                detail += (
+                    " (reading the queue's VisibilityTimeout needs mns:GetQueueAttributes; "
+                    "or pass MNSBackend(queue, queue_visibility_timeout=...))"
+                )
+            log.debug("GetQueueAttributes of %r failed (%s): %s", self, kind, detail)
+            error = MNSQueueError("GetQueueAttributes", kind, detail, _request_id(exc))
+        if error is not None:
+            raise error  # outside the except block: no chained SDK exception
+        seconds = response.visibility_timeout
+        if not _finite(seconds) or not MIN_VISIBILITY <= seconds <= MAX_VISIBILITY:
+            raise MNSQueueError(
+                "GetQueueAttributes", "retry", f"unexpected VisibilityTimeout {seconds!r}"
+            )
+        with self._lock:
+            self._queue_vt = float(seconds)
+        return float(seconds)
+
+    def refresh_queue_attributes(self) -> float:
+        """Forget the cached VisibilityTimeout and read it again."""
+        with self._lock:
+            self._queue_vt = None
+        return self.queue_visibility_timeout()
+
+    # ------------------------------------------------------------------ receiving
+
+    def receive(
+        self,
+        max_messages: int = 1,
+        wait_seconds: float = 0.0,
+        visibility_timeout: float | None = None,
+    ) -> list[Message]:
+        """Receive up to ``max_messages`` (at most 16) messages with BatchReceiveMessage.
+
+        ``wait_seconds`` is the long poll, rounded up to whole seconds and capped at
+        30. ``visibility_timeout`` (0 < T <= 43200): the queue's own timeout applies
+        to a receive; when T differs from it (after rounding T up), each message is
+        changed to T at once (one ChangeMessageVisibility each). None keeps the
+        queue's timeout. A failure raises ``MNSQueueError`` (an empty queue is ``[]``).
+        """
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int):
+            raise TypeError(f"max_messages must be an int, got {max_messages!r}")
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages!r}")
+        if not (_finite(wait_seconds) and wait_seconds >= 0):
+            raise ValueError(f"wait_seconds must be a finite number >= 0, got {wait_seconds!r}")
+        if visibility_timeout is not None and not (
+            _finite(visibility_timeout) and 0 < visibility_timeout <= MAX_VISIBILITY
+        ):
+            raise ValueError(
+                f"visibility_timeout must be > 0 and <= {MAX_VISIBILITY} seconds, got "
+                f"{visibility_timeout!r}"
+            )
+        count = min(max_messages, MAX_RECEIVE)
+        wait = min(MAX_WAIT_SECONDS, _ceil_seconds(float(wait_seconds)))
+        queue_vt = self.queue_visibility_timeout()  # before receiving: never strand messages
+        queue = self._queue(CALL_TIMEOUT + wait)
+        received_at = self.clock.now()  # just before the request: rule 1
+        raws = self._receive_raw(queue, count, wait)
+        if not raws:
+            return []
+        offset = self.clock.wall() - self.clock.now()  # epoch - monotonic, read together
+        if visibility_timeout is None or _ceil_seconds(visibility_timeout) == int(queue_vt):
+            asked = queue_vt if visibility_timeout is None else float(visibility_timeout)
+            return [self._received(raw, received_at, min(asked, queue_vt), offset) for raw in raws]
+        return self._rehide(raws, received_at, float(visibility_timeout), queue_vt, offset)
+
+    def _receive_raw(self, queue: Any, count: int, wait: int) -> list[Any]:
+        error: MNSQueueError | None = None
+        try:
+            return list(queue.batch_receive_message(count, wait))
+        except Exception as exc:
+            kind, detail = classify_error(exc, self._secrets())
+            if isinstance(exc, MNSServerException) and _code_of(exc) == "MessageNotExist":
+                return []  # on receive, MessageNotExist means "no message"
+            if kind == "lost":
+                kind = "retry"
+            log.debug("receive from %r failed (%s): %s", self, kind, detail)
+            error = MNSQueueError("receive", kind, detail, _request_id(exc))
+        raise error  # outside the except block: no chained SDK exception
+
+    def _rehide(
+        self,
+        raws: list[Any],
+        received_at: float,
+        asked: float,
+        queue_vt: float,
+        offset: float,
+    ) -> list[Message]:
+        """Change each message's invisibility to ``asked`` (receive cannot choose it)."""
+        seconds = max(MIN_VISIBILITY, _ceil_seconds(asked))
+        queue = self._queue()
+        out: list[Message] = []
+        for raw in raws:
+            receipt = raw.receipt_handle
+            try:
+                answer = queue.change_message_visibility(receipt, seconds)
+            except Exception as exc:
+                kind, detail = classify_error(exc, self._secrets([receipt]))
+                if kind == "lost":
+                    log.warning(
+                        "message %r was lost right after the receive (%s); skipped",
+                        str(raw.message_id),
+                        detail,
+                    )
+                    continue
+                log.warning(
+                    "could not change message %r to the asked visibility_timeout (%s: %s); "
+                    "it keeps the queue's %gs",
+                    str(raw.message_id),
+                    kind,
+                    detail,
+                    queue_vt,
+                )
+                out.append(self._received(raw, received_at, min(asked, queue_vt), offset))
+                continue
+            new_receipt = getattr(answer, "receipt_handle", None)
+            if not isinstance(new_receipt, str) or not new_receipt:
+                log.warning("message %r: no receipt handle in the answer; skipped", raw.message_id)
+                continue
+            # raw now describes the message as it is: newest handle, new deadline.
+            raw.receipt_handle = new_receipt
+            next_visible = _epoch_ms(getattr(answer, "next_visible_time", None))
+            if next_visible is not None:
+                raw.next_visible_time = next_visible
+            # received_at stays the time before the receive: earlier than the change,
+            # so received_at + asked is never later than the service's deadline.
+            out.append(self._received(raw, received_at, asked, offset))
+        return out
+
+    def _received(self, raw: Any, received_at: float, vis: float, offset: float) -> Message:
+        hint = self._hint(raw, offset, margin=0.0)
+        if hint is not None and hint < received_at:
+            # The service hid the message after this request was sent, for at least
+            # a second: a hint before the request is the clocks disagreeing.
+            if not self._skew_warned:
+                self._skew_warned = True
+                log.warning(
+                    "MNS NextVisibleTime lies %.1fs before the receive request was sent: the "
+                    "local clock is ahead of the service's; ignoring NextVisibleTime",
+                    received_at - hint,
+                )
+            hint = None
+        return self._message(raw, received_at, vis, hint)
+
+    @staticmethod
+    def _hint(raw: Any, offset: float, margin: float) -> float | None:
+        ms = _epoch_ms(getattr(raw, "next_visible_time", None))
+        return None if ms is None else ms / 1000.0 - offset - margin
+
+    def _message(self, raw: Any, received_at: float, vis: float, hint: float | None) -> Message:
+        message_id = raw.message_id
+        if not isinstance(message_id, str) or not message_id:
+            raise ValueError("the MNS message has no message_id: it cannot be leased")
+        receipt = raw.receipt_handle
+        if not isinstance(receipt, str) or not receipt:
+            raise ValueError(
+                f"message {message_id!r} has no receipt handle (was it peeked or sent "
+                "rather than received?): it cannot be leased"
+            )
+        count = raw.dequeue_count
+        return Message(
+            id=message_id,
+            body=_body(raw.message_body),
+            receipt=receipt,
+            backend=self,
+            received_at=received_at,
+            visibility_timeout=vis,
+            receive_count=count if isinstance(count, int) and count > 0 else 1,
+            raw=raw,
+            deadline_hint=hint,
+            hard_deadline=None,  # MNS documents no cap on the total invisibility
+        )
+
+    def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
+        """Turn an ``mns.queue.Message`` you received yourself into a Message to register.
+
+        When it was received is not known here, so the local estimate counts
+        ``visibility_timeout`` (default: the queue's VisibilityTimeout) from now,
+        and the message's ``next_visible_time`` (the service's clock, less 0.5 s
+        for skew) may only shorten it.
+        """
+        if not isinstance(raw, MNSMessage):
+            raise TypeError(
+                f"MNSBackend.adopt() takes an mns.queue.Message, got {type(raw).__name__}"
+            )
+        if visibility_timeout is None:
+            vis = self.queue_visibility_timeout()
+        elif _finite(visibility_timeout) and visibility_timeout >= 0:
+            vis = float(visibility_timeout)
+        else:
+            raise ValueError(
+                f"visibility_timeout must be a number of seconds >= 0, got {visibility_timeout!r}"
+            )
+        now = self.clock.now()
+        offset = self.clock.wall() - now
+        hint = self._hint(raw, offset, margin=ADOPT_SKEW_MARGIN)
+        return self._message(raw, now, vis, hint)
+
+    # ------------------------------------------------------------------ the manager's calls
+
+    def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
+        """ChangeMessageVisibility to ``ceil(timeout)`` seconds each; a new receipt each."""
+        seconds = _ceil_seconds(timeout) if _finite(timeout) else -1
+        if not MIN_VISIBILITY <= seconds <= MAX_VISIBILITY:
+            detail = (
+                f"InvalidArgument: extend by {timeout!r}s is outside "
+                f"{MIN_VISIBILITY}..{MAX_VISIBILITY}s (not sent)"
+            )
+            return [Outcome("fatal", detail=detail) for _ in handles]
+        return [self._change(handle, seconds, "extend") for handle in handles]
+
+    def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
+        """ChangeMessageVisibility to ``delay`` rounded down, but at least 1 s.
+
+        MNS refuses 0 seconds, so ``release(delay=0)`` makes the message visible
+        again after one second.
+        """
+        if not (_finite(delay) and delay >= 0):
+            detail = f"InvalidArgument: release delay {delay!r}s is not a number >= 0 (not sent)"
+            return [Outcome("fatal", detail=detail) for _ in handles]
+        seconds = min(MAX_VISIBILITY, max(MIN_VISIBILITY, math.floor(delay + 1e-9)))
+        return [self._change(handle, seconds, "release") for handle in handles]
+
+    def _change(self, handle: Handle, seconds: int, operation: str) -> Outcome:
+        queue = self._queue()
+        try:
+            answer = queue.change_message_visibility(handle.receipt, seconds)
+        except Exception as exc:
+            return self._failed(operation, handle, exc)
+        receipt = getattr(answer, "receipt_handle", None)
+        if not isinstance(receipt, str) or not receipt:
+            # The old receipt is dead and the new one is unknown: the lease is gone.
+            return Outcome("lost", detail="no ReceiptHandle in the ChangeVisibility answer")
+        return Outcome("ok", receipt=receipt)
+
+    def delete(self, handles: Sequence[Handle]) -> list[Outcome]:
+        """DeleteMessage for one handle; BatchDeleteMessage (16 a call) for several."""
+        if len(handles) == 1:
+            return [self._delete_one(handles[0])]
+        out: list[Outcome] = []
+        for start in range(0, len(handles), MAX_DELETE_BATCH):
+            out.extend(self._delete_batch(handles[start : start + MAX_DELETE_BATCH]))
+        return out
+
+    def _delete_one(self, handle: Handle) -> Outcome:
+        queue = self._queue()
+        try:
+            queue.delete_message(handle.receipt)
+        except Exception as exc:
+            return self._failed("delete", handle, exc)
+        return Outcome("ok")
+
+    def _delete_batch(self, handles: Sequence[Handle]) -> list[Outcome]:
+        if len(handles) == 1:
+            return [self._delete_one(handles[0])]
+        queue = self._queue()
+        try:
+            queue.batch_delete_message([h.receipt for h in handles])
+        except Exception as exc:
+            sub_errors = getattr(exc, "sub_errors", None)
+            if isinstance(exc, MNSServerException) and isinstance(sub_errors, list) and sub_errors:
+                return self._batch_outcomes(handles, sub_errors, exc)
+            kind, detail = classify_error(exc, self._secrets(h.receipt for h in handles))
+            if kind == "lost":
+                # A whole-call "lost" does not say which entry: ask one at a time.
+                return [self._delete_one(handle) for handle in handles]
+            log.debug(
+                "batch delete of %d message(s) on %r: %s (%s)", len(handles), self, kind, detail
+            )
+            return [Outcome(kind, detail=detail) for _ in handles]
+        return [Outcome("ok") for _ in handles]
+
+    def _batch_outcomes(
+        self, handles: Sequence[Handle], sub_errors: list[Any], exc: BaseException
+    ) -> list[Outcome]:
+        """Per-entry outcomes of a partly failed BatchDeleteMessage (matched by handle)."""
+        failed: dict[str, str] = {}
+        for entry in sub_errors:
+            if not isinstance(entry, dict):
+                continue
+            receipt = entry.get("ReceiptHandle")
+            code = entry.get("ErrorCode")
+            if isinstance(receipt, str):
+                failed[receipt] = (
+                    code
+                    if isinstance(code, str) and _CODE_SHAPE.fullmatch(code)
+                    else ("UnknownError")
+                )
+        secrets = self._secrets(h.receipt for h in handles)
+        out: list[Outcome] = []
+        for handle in handles:
+            code = failed.pop(handle.receipt, None)
+            if code is None:
+                out.append(Outcome("ok"))
+                continue
+            kind = _kind_of_code(code)
+            detail = _detail_of_code(code, "", secrets)
+            log.debug(
+                "delete of message %r on %r: %s (%s) [request id %s]",
+                handle.message_id,
+                self,
+                kind,
+                detail,
+                _request_id(exc),
+            )
+            out.append(Outcome(kind, detail=detail))
+        if failed:
+            log.warning(
+                "BatchDeleteMessage on %r reported %d error(s) for handles it was not sent",
+                self,
+                len(failed),
+            )
+        return out
+
+    def _failed(self, operation: str, handle: Handle, exc: BaseException) -> Outcome:
+        kind, detail = classify_error(exc, self._secrets([handle.receipt]))
+        log.debug(
+            "%s of message %r on %r: %s (%s)%s",
+            operation,
+            handle.message_id,
+            self,
+            kind,
+            detail,
+            f" [request id {_request_id(exc)}]" if _request_id(exc) else "",
+        )
+        return Outcome(kind, detail=detail)

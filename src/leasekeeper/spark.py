@@ -1,0 +1,635 @@
+"""Drain a queue with Spark executors, under leases, writing each outcome before deleting.
+
+::
+
+    from leasekeeper.spark import SQSSource, drain
+
+    result = drain(spark, SQSSource(queue_url), handler, output="s3://bucket/drain/",
+                   partitions=64)
+    result.where("status = 'completed'").count()
+
+Each Spark task builds the backend from a small picklable *source* (credentials
+come from the executor's environment or the cloud SDK's usual chain, never from
+the pickled spec), receives batches, leases every message with one LeaseManager
+per Python worker process (reused across tasks), runs ``handler(message)`` on a
+small thread pool, and then, per batch:
+
+1. writes one row per message to ``output`` as a Parquet file (written under a
+   hidden name, then renamed into place), and only then
+2. deletes the messages whose handler succeeded.
+
+So a message is deleted only after its row is durable. A handler that raises has
+its message released (``release_delay``, growing with the receive count through
+``release_backoff``) and a ``released`` row with the error. When an executor or a
+Python worker dies mid-message, its leases lapse after one short visibility
+timeout and another task takes the message over. Delivery is at least once:
+handlers must be idempotent. The returned DataFrame keeps one row per message id,
+the completed row winning over earlier released/lost rows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from leasekeeper.backends.base import Backend, Message
+from leasekeeper.config import LeaseConfig
+from leasekeeper.errors import LeaseError, LeaseLost, LeaseTooShort
+from leasekeeper.lease import Lease, LeaseState
+from leasekeeper.manager import LeaseManager
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("leasekeeper.spark")
+
+Handler = Callable[[Message], Any]
+
+COLUMNS = (
+    "id",
+    "status",
+    "receive_count",
+    "attempts",
+    "started_at",
+    "duration_s",
+    "extensions",
+    "error",
+    "output",
+)
+
+# Secrets a connection string may carry; they must reach executors through their
+# environment, not through a pickled spec that Spark ships and may log.
+_SECRET_KEYS = ("accountkey=", "sharedaccesssignature=")
+
+
+class Source(Protocol):
+    """A picklable description of a queue that can build its backend on an executor."""
+
+    def build(self) -> Backend: ...
+
+
+@dataclass(frozen=True)
+class SQSSource:
+    """An SQS queue; credentials from the executor's AWS credential chain."""
+
+    queue_url: str
+    region: str | None = None
+    endpoint_url: str | None = None
+
+    def build(self) -> Backend:
+        import boto3
+
+        from leasekeeper.backends.sqs import SQSBackend
+
+        client = boto3.client("sqs", region_name=self.region, endpoint_url=self.endpoint_url)
+        return SQSBackend(client, self.queue_url)
+
+
+@dataclass(frozen=True)
+class MNSSource:
+    """An Aliyun MNS queue; credentials from the executor's environment:
+    ``MNS_ACCESS_KEY_ID``, ``MNS_ACCESS_KEY_SECRET`` and optionally ``MNS_SECURITY_TOKEN``."""
+
+    endpoint: str
+    queue_name: str
+
+    def build(self) -> Backend:
+        from mns.account import Account
+
+        from leasekeeper.backends.mns import MNSBackend
+
+        access_id = os.environ.get("MNS_ACCESS_KEY_ID")
+        access_key = os.environ.get("MNS_ACCESS_KEY_SECRET")
+        if not access_id or not access_key:
+            raise LeaseError(
+                "MNSSource needs MNS_ACCESS_KEY_ID and MNS_ACCESS_KEY_SECRET in the executor's "
+                "environment (on a cluster: spark.executorEnv.MNS_ACCESS_KEY_ID etc.)"
+            )
+        token = os.environ.get("MNS_SECURITY_TOKEN", "")
+        account = Account(self.endpoint, access_id, access_key, token)
+        return MNSBackend(account.get_queue(self.queue_name))
+
+
+@dataclass(frozen=True)
+class AzureQueueSource:
+    """An Azure Storage queue.
+
+    With neither argument, the connection string comes from the executor's
+    ``AZURE_STORAGE_CONNECTION_STRING``. ``account_url`` takes its credential from
+    ``AZURE_STORAGE_SAS_TOKEN`` or ``AZURE_STORAGE_ACCOUNT_KEY`` in the executor's
+    environment, else ``azure.identity.DefaultAzureCredential``. A
+    ``connection_string`` given here must hold no secret (no AccountKey or
+    SharedAccessSignature): it is pickled and shipped to every executor.
+    """
+
+    queue_name: str
+    connection_string: str | None = None
+    account_url: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.connection_string is not None and any(
+            key in self.connection_string.lower() for key in _SECRET_KEYS
+        ):
+            raise ValueError(
+                "AzureQueueSource: this connection string holds a secret, and the source is "
+                "pickled to every executor; set AZURE_STORAGE_CONNECTION_STRING in the "
+                "executors' environment instead (spark.executorEnv.AZURE_STORAGE_CONNECTION_STRING)"
+            )
+        if self.connection_string is not None and self.account_url is not None:
+            raise ValueError("AzureQueueSource: give connection_string or account_url, not both")
+
+    def __repr__(self) -> str:
+        where = self.account_url or ("connection string" if self.connection_string else "env")
+        return f"AzureQueueSource(queue_name={self.queue_name!r}, via={where!r})"
+
+    def build(self) -> Backend:
+        from azure.storage.queue import QueueClient
+
+        from leasekeeper.backends.azure import AzureQueueBackend
+
+        if self.account_url is not None:
+            credential: Any = os.environ.get("AZURE_STORAGE_SAS_TOKEN")
+            if not credential:
+                key = os.environ.get("AZURE_STORAGE_ACCOUNT_KEY")
+                if key:
+                    account = self.account_url.split("//", 1)[-1].split(".", 1)[0]
+                    credential = {"account_name": account, "account_key": key}
+            if not credential:
+                from azure.identity import DefaultAzureCredential
+
+                credential = DefaultAzureCredential()
+            client = QueueClient(self.account_url, self.queue_name, credential=credential)
+        else:
+            conn = self.connection_string or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+            if not conn:
+                raise LeaseError(
+                    "AzureQueueSource needs AZURE_STORAGE_CONNECTION_STRING in the executor's "
+                    "environment, or account_url"
+                )
+            client = QueueClient.from_connection_string(conn, self.queue_name)
+        return AzureQueueBackend(client)
+
+
+# ---------------------------------------------------------------------- executor side
+
+# One backend and LeaseManager per (source, config) per Python worker process,
+# reused by every task that process runs. Guarded by _process_lock.
+_process_lock = threading.Lock()
+_process_state: dict[tuple[Any, LeaseConfig], tuple[Backend, LeaseManager]] = {}
+
+
+def _forget_after_fork() -> None:
+    # A forked worker inherits the dict but not the scheduler threads behind it.
+    global _process_lock  # noqa: PLW0603 - a lock a dead parent thread may hold
+    _process_lock = threading.Lock()
+    _process_state.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _process_manager(source: Source, config: LeaseConfig) -> tuple[Backend, LeaseManager]:
+    key = (source, config)
+    with _process_lock:
+        found = _process_state.get(key)
+        if found is None or found[1].closed:
+            backend = source.build()
+            found = (backend, LeaseManager(backend, config))
+            _process_state[key] = found
+        return found
+
+
+@dataclass(frozen=True)
+class _TaskSpec:
+    run_id: str
+    source: Any
+    handler: Handler
+    output: str
+    config: LeaseConfig
+    batch_size: int
+    concurrency: int
+    idle_seconds: float
+    quota: int | None  # messages this task may take (max_messages split across tasks)
+
+
+@dataclass
+class _TaskTally:
+    task: int
+    attempt: int
+    taken: int = 0
+    completed: int = 0
+    released: int = 0
+    lost: int = 0
+    abandoned: int = 0
+    seconds: float = 0.0
+    statuses: dict[str, int] = field(default_factory=dict)
+
+
+def _row(
+    *,
+    spec: _TaskSpec,
+    lease: Lease,
+    status: str,
+    started: float,
+    duration: float,
+    error: str | None,
+    output: str | None,
+    task: int,
+    attempt: int,
+) -> dict[str, Any]:
+    message = lease.message
+    return {
+        "run_id": spec.run_id,
+        "task": task,
+        "task_attempt": attempt,
+        "id": message.id,
+        "status": status,
+        "receive_count": message.receive_count,
+        "started_at": started,
+        "duration_s": duration,
+        "extensions": lease.extensions,
+        "error": error,
+        "output": output,
+    }
+
+
+def _run_handler(
+    spec: _TaskSpec, lease: Lease, task: int, attempt: int
+) -> tuple[dict[str, Any], bool]:
+    """Run the handler for one leased message. Returns its row and whether to delete."""
+    started = time.time()
+    t0 = time.monotonic()
+    error: str | None = None
+    output: str | None = None
+    status = "completed"
+    try:
+        result = spec.handler(lease.message)
+        try:
+            output = json.dumps(result)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"handler output is not JSON-serialisable: {exc}") from exc
+    except Exception as exc:
+        status = "released"
+        error = f"{type(exc).__name__}: {exc}"
+        try:
+            lease.release()
+        except LeaseError as release_error:
+            log.warning("release of message %r failed: %s", lease.id, release_error)
+    duration = time.monotonic() - t0
+    if status == "completed" and lease.is_lost:
+        status = "abandoned" if lease.state is LeaseState.ABANDONED else "lost"
+        error = lease.reason
+    if lease.state is LeaseState.LOST and status == "released":
+        status, error = "lost", lease.reason
+    row = _row(
+        spec=spec,
+        lease=lease,
+        status=status,
+        started=started,
+        duration=duration,
+        error=error,
+        output=output,
+        task=task,
+        attempt=attempt,
+    )
+    return row, status == "completed" or (status == "abandoned" and lease.visible_for() > 0)
+
+
+def _write_rows(output: str, name: str, rows: list[dict[str, Any]]) -> None:
+    """Write rows as one Parquet file, atomically: hidden name first, then rename."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyarrow import fs as pafs
+
+    schema = pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("task", pa.int32()),
+            ("task_attempt", pa.int32()),
+            ("id", pa.string()),
+            ("status", pa.string()),
+            ("receive_count", pa.int64()),
+            ("started_at", pa.timestamp("us", tz="UTC")),
+            ("duration_s", pa.float64()),
+            ("extensions", pa.int64()),
+            ("error", pa.string()),
+            ("output", pa.string()),
+        ]
+    )
+    columns = {f.name: [row[f.name] for row in rows] for f in schema}
+    columns["started_at"] = [int(t * 1_000_000) for t in columns["started_at"]]
+    table = pa.Table.from_pydict(columns, schema=schema)
+    filesystem, root = pafs.FileSystem.from_uri(output)
+    filesystem.create_dir(root, recursive=True)
+    hidden = f"{root}/.{name}.tmp"  # Spark's reader ignores dot files
+    pq.write_table(table, hidden, filesystem=filesystem)
+    filesystem.move(hidden, f"{root}/{name}")
+
+
+def _run_task(spec: _TaskSpec, task: int) -> dict[str, Any]:
+    """One Spark task: receive, lease, handle, write, delete, until idle or quota."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    attempt = context.attemptNumber() if context is not None else 0
+    backend, manager = _process_manager(spec.source, spec.config)
+    tally = _TaskTally(task, attempt)
+    begun = time.monotonic()
+    idle_since = begun
+    batch_no = 0
+    poll = min(spec.idle_seconds, 1.0)
+    with ThreadPoolExecutor(spec.concurrency, thread_name_prefix="leasekeeper-drain") as pool:
+        while spec.quota is None or tally.taken < spec.quota:
+            want = min(spec.batch_size, getattr(backend, "max_receive", spec.batch_size))
+            if spec.quota is not None:
+                want = min(want, spec.quota - tally.taken)
+            messages = backend.receive(
+                max_messages=want,
+                wait_seconds=poll,
+                visibility_timeout=spec.config.visibility_timeout,
+            )
+            if not messages:
+                if time.monotonic() - idle_since >= spec.idle_seconds:
+                    break
+                continue
+            idle_since = time.monotonic()
+            tally.taken += len(messages)
+            leases = []
+            for message in messages:
+                try:
+                    leases.append(manager.register(message))
+                except LeaseTooShort as exc:
+                    log.warning("%s; left for another task", exc)
+            futures = [pool.submit(_run_handler, spec, lease, task, attempt) for lease in leases]
+            results = [future.result() for future in futures]
+            rows = [row for row, _ in results]
+            if rows:
+                # Durable first: only messages whose row is written get deleted.
+                _write_rows(
+                    spec.output,
+                    f"part-{spec.run_id}-{task:05d}-{attempt}-{batch_no:06d}.parquet",
+                    rows,
+                )
+                batch_no += 1
+            for lease, (row, delete) in zip(leases, results, strict=True):
+                status = row["status"]
+                if delete:
+                    try:
+                        lease.complete()
+                    except LeaseLost as exc:
+                        # The row says completed; another task may redo the message and
+                        # write its own completed row, which the result deduplicates.
+                        log.warning("delete after a written row failed: %s", exc)
+                    except LeaseError as exc:
+                        log.warning("delete failed (the message will reappear): %s", exc)
+                tally.statuses[status] = tally.statuses.get(status, 0) + 1
+    tally.completed = tally.statuses.get("completed", 0)
+    tally.released = tally.statuses.get("released", 0)
+    tally.lost = tally.statuses.get("lost", 0)
+    tally.abandoned = tally.statuses.get("abandoned", 0)
+    tally.seconds = time.monotonic() - begun
+    return {k: v for k, v in tally.__dict__.items() if k != "statuses"}
+
+
+# ---------------------------------------------------------------------- driver side
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """Totals of one drain, from the deduplicated result."""
+
+    run_id: str
+    completed: int
+    released: int
+    lost: int
+    abandoned: int
+    tasks: int
+    seconds: float
+
+    @property
+    def throughput(self) -> float:
+        """Completed messages per second of wall time."""
+        return self.completed / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    frame: DataFrame
+    report: DrainReport
+
+
+def _check_args(
+    partitions: int,
+    batch_size: int,
+    concurrency: int,
+    idle_seconds: float,
+    max_messages: int | None,
+) -> None:
+    for name, value in (
+        ("partitions", partitions),
+        ("batch_size", batch_size),
+        ("concurrency", concurrency),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not (
+        isinstance(idle_seconds, (int, float)) and math.isfinite(idle_seconds) and idle_seconds > 0
+    ):
+        raise ValueError(f"idle_seconds must be a finite number > 0, got {idle_seconds!r}")
+    if max_messages is not None and (
+        isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1
+    ):
+        raise ValueError(f"max_messages must be None or an integer >= 1, got {max_messages!r}")
+
+
+def run_drain(
+    spark: SparkSession,
+    source: Source,
+    handler: Handler,
+    *,
+    output: str,
+    partitions: int | None = None,
+    config: LeaseConfig | None = None,
+    batch_size: int = 10,
+    concurrency: int | None = None,
+    idle_seconds: float = 5.0,
+    max_messages: int | None = None,
+) -> DrainResult:
+    """``drain`` that also returns the totals (see ``drain``)."""
+    if not callable(handler):
+        raise TypeError(f"handler must be callable, got {type(handler).__name__}")
+    if not callable(getattr(source, "build", None)):
+        raise TypeError(f"source must be SQSSource, MNSSource or AzureQueueSource, got {source!r}")
+    sc = spark.sparkContext
+    partitions = partitions if partitions is not None else sc.defaultParallelism
+    concurrency = concurrency if concurrency is not None else batch_size
+    _check_args(partitions, batch_size, concurrency, idle_seconds, max_messages)
+    if config is None:
+        # Failed messages wait out at least one idle period, so a drain does not spin
+        # on a poison message; each further failure doubles the wait.
+        config = LeaseConfig(release_delay=max(10.0, 2 * idle_seconds), release_backoff=2.0)
+    run_id = uuid.uuid4().hex[:12]
+    quotas: list[int | None] = [None] * partitions
+    if max_messages is not None:
+        share, extra = divmod(max_messages, partitions)
+        quotas = [share + (1 if i < extra else 0) for i in range(partitions)]
+    specs = [
+        _TaskSpec(
+            run_id,
+            source,
+            handler,
+            output,
+            config,
+            batch_size,
+            concurrency,
+            float(idle_seconds),
+            quota,
+        )
+        for quota in quotas
+    ]
+    log.info("drain %s: %d task(s) on %r, output %s", run_id, partitions, source, output)
+    begun = time.monotonic()
+    rdd = sc.parallelize(range(partitions), partitions)
+
+    def task_of(index: int, _items: Iterable[int]) -> Iterable[dict[str, Any]]:
+        return [_run_task(specs[index], index)]
+
+    jobs = rdd.mapPartitionsWithIndex(task_of)
+    tallies: list[dict[str, Any]] = []
+    # One Spark job per task, from driver threads, so each task's counts are logged
+    # as it finishes rather than all at the end.
+    with ThreadPoolExecutor(partitions, thread_name_prefix="leasekeeper-drain-driver") as pool:
+        futures = [pool.submit(sc.runJob, jobs, list, [i]) for i in range(partitions)]
+        for future in as_completed(futures):
+            for tally in future.result():
+                tallies.append(tally)
+                log.info(
+                    "drain %s: task %d (attempt %d) took %d: %d completed, %d released, "
+                    "%d lost, %d abandoned in %.1fs",
+                    run_id,
+                    tally["task"],
+                    tally["attempt"],
+                    tally["taken"],
+                    tally["completed"],
+                    tally["released"],
+                    tally["lost"],
+                    tally["abandoned"],
+                    tally["seconds"],
+                )
+    frame = _result_frame(spark, output, run_id)
+    counts = {
+        row["status"]: row["n"]
+        for row in frame.groupBy("status").count().withColumnRenamed("count", "n").collect()
+    }
+    report = DrainReport(
+        run_id=run_id,
+        completed=counts.get("completed", 0),
+        released=counts.get("released", 0),
+        lost=counts.get("lost", 0),
+        abandoned=counts.get("abandoned", 0),
+        tasks=len(tallies),
+        seconds=time.monotonic() - begun,
+    )
+    log.info(
+        "drain %s done: %d completed, %d released, %d lost, %d abandoned in %.1fs (%.1f/s)",
+        run_id,
+        report.completed,
+        report.released,
+        report.lost,
+        report.abandoned,
+        report.seconds,
+        report.throughput,
+    )
+    return DrainResult(frame, report)
+
+
+def drain(
+    spark: SparkSession,
+    source: Source,
+    handler: Handler,
+    *,
+    output: str,
+    partitions: int | None = None,
+    config: LeaseConfig | None = None,
+    batch_size: int = 10,
+    concurrency: int | None = None,
+    idle_seconds: float = 5.0,
+    max_messages: int | None = None,
+) -> DataFrame:
+    """Drain ``source`` with ``partitions`` Spark tasks running ``handler(message)``.
+
+    ``handler``'s return value must be JSON-serialisable (stored as a string
+    column). Each task stops when the queue has been empty for ``idle_seconds``,
+    or when it has taken its share of ``max_messages``. ``concurrency`` handler
+    threads run per task (default: ``batch_size``). ``config`` is the LeaseConfig
+    of the executors' managers; by default failed messages are released for
+    ``max(10, 2 * idle_seconds)`` seconds, doubling per receive.
+
+    Returns a DataFrame read from ``output`` with one row per message id of this
+    run: id, status (completed / released / lost / abandoned), receive_count,
+    attempts (rows this run wrote for the id), started_at, duration_s,
+    extensions, error, output.
+    """
+    return run_drain(
+        spark,
+        source,
+        handler,
+        output=output,
+        partitions=partitions,
+        config=config,
+        batch_size=batch_size,
+        concurrency=concurrency,
+        idle_seconds=idle_seconds,
+        max_messages=max_messages,
+    ).frame
+
+
+def _result_frame(spark: SparkSession, output: str, run_id: str) -> DataFrame:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import (
+        DoubleType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    try:
+        rows = spark.read.parquet(output).where(F.col("run_id") == run_id)
+    except Exception as exc:  # nothing was written: an empty queue
+        if "PATH_NOT_FOUND" not in str(exc) and "UNABLE_TO_INFER_SCHEMA" not in str(exc):
+            raise
+        schema = StructType(
+            [
+                StructField("id", StringType()),
+                StructField("status", StringType()),
+                StructField("receive_count", LongType()),
+                StructField("attempts", LongType()),
+                StructField("started_at", TimestampType()),
+                StructField("duration_s", DoubleType()),
+                StructField("extensions", LongType()),
+                StructField("error", StringType()),
+                StructField("output", StringType()),
+            ]
+        )
+        return spark.createDataFrame([], schema)
+    by_id = Window.partitionBy("id")
+    best_first = by_id.orderBy((F.col("status") == "completed").desc(), F.col("started_at").desc())
+    return (
+        rows.withColumn("attempts", F.count(F.lit(1)).over(by_id))
+        .withColumn("_rank", F.row_number().over(best_first))
+        .where(F.col("_rank") == 1)
+        .select(*COLUMNS)
+    )

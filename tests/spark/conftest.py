@@ -1,0 +1,46 @@
+"""A local PySpark session for the drain tests, plus the moto server of the SQS tests.
+
+Executors must run this virtualenv's Python (where leasekeeper is installed), so
+PYSPARK_PYTHON is set before the session starts: in local mode Spark ignores the
+spark.pyspark.python setting and would otherwise run whatever python3 is on PATH.
+A missing Java fails the tests loudly; `make test` checks for it first.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.sqs.conftest import CHILD_ENV, make_queue, moto_endpoint
+
+__all__ = ["make_queue", "moto_endpoint"]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.fail("PySpark needs Java 17+: apt-get install openjdk-17-jre-headless")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only, whatever the hostname says
+    os.environ.update(CHILD_ENV)  # executors reach moto with these dummy credentials
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[4,8]")  # 4 cores; a task may fail 8 times
+        .appName("leasekeeper-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.memory", "1g")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -1,0 +1,152 @@
+"""drain() on PySpark local mode against moto's SQS server."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from leasekeeper import LeaseConfig, Message
+from leasekeeper.spark import SQSSource, run_drain
+from tests.sqs.conftest import make_client
+
+pytestmark = pytest.mark.slow
+
+VISIBILITY = 2
+CONFIG = LeaseConfig(
+    visibility_timeout=VISIBILITY, timer_interval=0.2, minimal_life=0.5, release_delay=120
+)
+
+
+def fill(client: Any, url: str, n: int) -> list[str]:
+    ids: list[str] = []
+    for start in range(0, n, 10):
+        entries = [
+            {"Id": str(i), "MessageBody": f"job-{start + i:04d}"} for i in range(min(10, n - start))
+        ]
+        answer = client.send_message_batch(QueueUrl=url, Entries=entries)
+        ids += [entry["MessageId"] for entry in answer["Successful"]]
+    return ids
+
+
+def queue_depth(client: Any, url: str) -> int:
+    attributes = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"]) + int(
+        attributes["ApproximateNumberOfMessagesNotVisible"]
+    )
+
+
+def journal(path: Path) -> Callable[[Message], None]:
+    """A picklable recorder of handler runs, appended to a file (executors are processes)."""
+    target = str(path)
+
+    def record(message: Message) -> None:
+        with open(target, "a") as f:  # O_APPEND: one short line is written atomically
+            f.write(f"{message.id} {message.receive_count} {os.getpid()}\n")
+
+    return record
+
+
+def runs(path: Path) -> Counter[str]:
+    return Counter(line.split()[0] for line in path.read_text().splitlines())
+
+
+def test_long_jobs_are_each_completed_once(
+    spark: Any, moto_endpoint: str, make_queue: Any, tmp_path: Path
+) -> None:
+    client = make_client(moto_endpoint)
+    url = make_queue(VISIBILITY)
+    sent = fill(client, url, 200)
+    record = journal(tmp_path / "runs.log")
+
+    def handler(message: Message) -> dict[str, str]:
+        record(message)
+        time.sleep(3 * VISIBILITY)  # 3x the visibility timeout
+        return {"body": str(message.body)}
+
+    result = run_drain(
+        spark,
+        SQSSource(url, region="us-east-1", endpoint_url=moto_endpoint),
+        handler,
+        output=str(tmp_path / "out"),
+        partitions=4,
+        config=CONFIG,
+        idle_seconds=3,
+    )
+    rows = result.frame.collect()
+    assert len(rows) == 200
+    assert sorted(r["id"] for r in rows) == sorted(sent)
+    assert {r["status"] for r in rows} == {"completed"}
+    assert all(r["extensions"] >= 2 and r["attempts"] == 1 for r in rows)
+    assert all(r["output"].startswith('{"body": "job-') for r in rows)
+    handled = runs(tmp_path / "runs.log")
+    assert len(handled) == 200 and max(handled.values()) == 1, "a message was handled twice"
+    assert queue_depth(client, url) == 0
+    assert (result.report.completed, result.report.released, result.report.lost) == (200, 0, 0)
+
+
+def test_dead_python_workers_messages_are_taken_over(
+    spark: Any, moto_endpoint: str, make_queue: Any, tmp_path: Path
+) -> None:
+    client = make_client(moto_endpoint)
+    url = make_queue(VISIBILITY)
+    fill(client, url, 200)
+    doomed = {f"job-{n:04d}" for n in (3, 57, 101, 150, 199)}
+
+    def handler(message: Message) -> str:
+        if message.body in doomed and message.receive_count == 1:
+            os._exit(13)  # the Python worker dies mid-message, leases and all
+        time.sleep(0.2)
+        return "ok"
+
+    result = run_drain(
+        spark,
+        SQSSource(url, region="us-east-1", endpoint_url=moto_endpoint),
+        handler,
+        output=str(tmp_path / "out"),
+        partitions=4,
+        config=CONFIG,
+        idle_seconds=4,
+    )
+    rows = {r["id"]: r for r in result.frame.collect()}
+    assert len(rows) == 200
+    assert {r["status"] for r in rows.values()} == {"completed"}
+    bodies = {r["id"]: r for r in rows.values()}
+    retried = [r for r in bodies.values() if r["receive_count"] >= 2]
+    assert len(retried) >= 5  # the 5 doomed ones at least (their batch-mates may lapse too)
+    assert queue_depth(client, url) == 0
+
+
+def test_failing_handlers_release_and_keep_their_messages(
+    spark: Any, moto_endpoint: str, make_queue: Any, tmp_path: Path
+) -> None:
+    client = make_client(moto_endpoint)
+    url = make_queue(VISIBILITY)
+    fill(client, url, 200)
+    failing = {f"job-{n:04d}" for n in range(0, 200, 20)}
+
+    def handler(message: Message) -> int:
+        if message.body in failing:
+            raise ValueError(f"cannot handle {message.body}")
+        return 1
+
+    result = run_drain(
+        spark,
+        SQSSource(url, region="us-east-1", endpoint_url=moto_endpoint),
+        handler,
+        output=str(tmp_path / "out"),
+        partitions=4,
+        config=CONFIG,
+        idle_seconds=2,
+    )
+    rows = result.frame.collect()
+    released = [r for r in rows if r["status"] == "released"]
+    assert len(rows) == 200 and len(released) == 10
+    assert all(r["error"].startswith("ValueError: cannot handle job-") for r in released)
+    assert queue_depth(client, url) == 10  # still there, released with a long delay
+    assert result.report.released == 10 and result.report.completed == 190

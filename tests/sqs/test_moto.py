@@ -1,0 +1,349 @@
+"""SQSBackend against moto's server in real time, with real boto3 clients.
+
+Timing tolerances: moto reports a message visible from the first poll after its
+deadline; tests poll with short receives every 50 ms and allow 0.75 s on top of
+the expected moment for the poll interval, request latency, moto's millisecond
+rounding and process scheduling on a loaded 2-core machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from leasekeeper import LeaseManager, LeaseState
+from leasekeeper.backends.base import Message
+from leasekeeper.backends.sqs import SQSBackend
+from tests.sqs.conftest import CHILD_ENV, count_calls, make_client
+
+pytestmark = [pytest.mark.realtime, pytest.mark.slow]
+
+HERE = Path(__file__).resolve().parent
+EXAMPLE = HERE.parent.parent / "examples" / "sqs_worker.py"
+TOLERANCE = 0.75
+POLL = 0.05
+# A 2 s visibility timeout renewed when 1.2 s remain: room for a slow call or a late
+# wake-up on a loaded 2-core machine (other test suites may run at the same time).
+TIMING: dict[str, Any] = {
+    "visibility_timeout": 2,
+    "timer_interval": 0.2,
+    "minimal_life": 0.5,
+    "extend_threshold": 1.2,
+}
+
+
+class Spy:
+    """A second consumer that polls the queue the whole time and keeps what it gets."""
+
+    def __init__(self, endpoint: str, url: str) -> None:
+        self.client = make_client(endpoint)
+        self.url = url
+        self.received: list[str] = []
+        self.polls = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sqs-spy", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            response = self.client.receive_message(
+                QueueUrl=self.url, MaxNumberOfMessages=10, VisibilityTimeout=30
+            )
+            self.polls += 1
+            self.received += [m["MessageId"] for m in response.get("Messages", [])]
+            self._stop.wait(POLL)
+
+    def __enter__(self) -> Spy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def receive_n(backend: SQSBackend, n: int, **kwargs: Any) -> list[Message]:
+    got: list[Message] = []
+    deadline = time.monotonic() + 10
+    while len(got) < n and time.monotonic() < deadline:
+        got += backend.receive(max_messages=min(10, n - len(got)), **kwargs)
+    assert len(got) == n, f"received {len(got)} of {n} messages"
+    return got
+
+
+def wait_until_back(
+    client: Any, url: str, message_id: str, limit: float
+) -> tuple[float, dict[str, Any]]:
+    """Poll until ``message_id`` can be received again (it is then hidden for 30 s).
+
+    Returns the monotonic time it came back and the received message.
+    """
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        # One at a time: on a FIFO queue a poll of 10 would take the group's next too.
+        response = client.receive_message(QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=30)
+        for message in response.get("Messages", []):
+            if message["MessageId"] == message_id:
+                return time.monotonic(), message
+        time.sleep(POLL)
+    pytest.fail(f"message {message_id} did not come back within {limit:g}s")
+
+
+def queue_counts(client: Any, url: str) -> tuple[int, int]:
+    attributes = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return (
+        int(attributes["ApproximateNumberOfMessages"]),
+        int(attributes["ApproximateNumberOfMessagesNotVisible"]),
+    )
+
+
+@pytest.fixture
+def client(moto_endpoint: str) -> Any:
+    return make_client(moto_endpoint)
+
+
+def test_long_jobs_are_never_redelivered_while_leased(
+    moto_endpoint: str, make_queue: Any, client: Any
+) -> None:
+    url = make_queue(visibility_timeout=2)
+    for index in range(3):
+        client.send_message(QueueUrl=url, MessageBody=f"job-{index}")
+    backend = SQSBackend(client, url)
+    manager = LeaseManager(backend, **TIMING)
+    messages = receive_n(backend, 3)  # the queue's 2 s (read with GetQueueAttributes)
+    assert {m.visibility_timeout for m in messages} == {2.0}
+
+    def job(message: Message) -> None:
+        with manager.lease(message) as lease:
+            time.sleep(6)  # three visibility timeouts
+            assert lease.state is LeaseState.ACTIVE
+
+    with Spy(moto_endpoint, url) as spy:
+        workers = [threading.Thread(target=job, args=(m,)) for m in messages]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(30)
+    manager.close()
+    stats = manager.stats()
+    assert spy.polls > 20
+    assert spy.received == [], "a leased message was delivered to a second consumer"
+    assert (stats.completed, stats.lost, stats.lapses, stats.abandoned) == (3, 0, 0, 0), stats
+    assert stats.extended >= 3 * 3
+    assert queue_counts(client, url) == (0, 0)
+
+
+def test_25_leases_due_together_take_three_batch_calls(make_queue: Any, client: Any) -> None:
+    url = make_queue(visibility_timeout=2)
+    for start in range(0, 25, 10):
+        client.send_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": str(i), "MessageBody": f"m{i}"} for i in range(start, min(25, start + 10))
+            ],
+        )
+    backend = SQSBackend(client, url)
+    calls = count_calls(client)
+    manager = LeaseManager(backend, visibility_timeout=4, timer_interval=0.2, minimal_life=0.5)
+    # Due when 4/3 s remain: all 25 at (nearly) the same moment, as received.
+    messages = receive_n(backend, 25, visibility_timeout=4)
+    leases = [manager.register(m) for m in messages]
+    deadline = time.monotonic() + 10
+    while any(lease.extensions == 0 for lease in leases) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    first_round = dict(calls)
+    print(f"first renewal round of 25 leases: {first_round}")
+    manager.close()
+    assert all(lease.extensions >= 1 for lease in leases)
+    assert first_round.get("ChangeMessageVisibilityBatch", 0) <= 3
+    assert calls["ChangeMessageVisibility"] == 0
+    assert calls["DeleteMessage"] == 0
+    # close() released all 25 in batches as well
+    assert calls["ChangeMessageVisibilityBatch"] - first_round["ChangeMessageVisibilityBatch"] <= 3
+    assert manager.stats().lost == 0
+
+
+def test_killed_worker_message_comes_back_within_one_timeout(
+    moto_endpoint: str, make_queue: Any, client: Any
+) -> None:
+    url = make_queue(visibility_timeout=2)
+    client.send_message(QueueUrl=url, MessageBody="long job")
+    env = {**os.environ, **CHILD_ENV, "SQS_ENDPOINT": moto_endpoint, "SQS_QUEUE_URL": url}
+    worker = subprocess.Popen(
+        [sys.executable, str(HERE / "kill_worker.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert worker.stdout is not None
+        line = worker.stdout.readline().strip()
+        assert line.startswith("READY "), f"worker said {line!r}: {worker.stderr.read()}"  # type: ignore[union-attr]
+        message_id = line.split()[1]
+        # 3 s > the 2 s timeout: without renewals the message would be back by now.
+        with Spy(moto_endpoint, url) as spy:
+            time.sleep(3)
+        assert spy.received == [], "re-delivered while the worker was alive (a lapse?)"
+        killed_at = time.monotonic()
+        worker.send_signal(signal.SIGKILL)
+        back_at, _ = wait_until_back(client, url, message_id, limit=10)
+    finally:
+        worker.kill()
+        worker.wait(10)
+    elapsed = back_at - killed_at
+    print(f"re-delivered {elapsed:.3f}s after SIGKILL")
+    assert elapsed <= TIMING["visibility_timeout"] + TIMING["timer_interval"] + TOLERANCE, elapsed
+
+
+def test_delete_after_several_extends(moto_endpoint: str, make_queue: Any, client: Any) -> None:
+    url = make_queue(visibility_timeout=2)
+    client.send_message(QueueUrl=url, MessageBody="x")
+    backend = SQSBackend(client, url)
+    with LeaseManager(backend, **TIMING) as manager:
+        [message] = receive_n(backend, 1)
+        lease = manager.register(message)
+        time.sleep(4.5)
+        assert lease.extensions >= 2
+        lease.complete()
+        assert lease.state is LeaseState.COMPLETED
+        with Spy(moto_endpoint, url) as spy:
+            time.sleep(2.5)  # longer than the timeout: it is gone, not hidden
+    assert spy.received == []
+    assert queue_counts(client, url) == (0, 0)
+
+
+def test_release_makes_the_message_visible_again_after_the_delay(
+    make_queue: Any, client: Any
+) -> None:
+    url = make_queue(visibility_timeout=2)
+    client.send_message(QueueUrl=url, MessageBody="x")
+    backend = SQSBackend(client, url)
+    with LeaseManager(backend, **TIMING) as manager:
+        [message] = receive_n(backend, 1, visibility_timeout=30)
+        lease = manager.register(message)
+        released_at = time.monotonic()
+        lease.release(delay=1.0)
+        assert lease.state is LeaseState.RELEASED
+        back_at, polled = wait_until_back(client, url, message.id, limit=5)
+        raw_receipt = polled["ReceiptHandle"]
+        assert 1.0 - 0.1 <= back_at - released_at <= 1.0 + TOLERANCE
+
+        # delay 0: back at once
+        client.change_message_visibility(
+            QueueUrl=url, ReceiptHandle=raw_receipt, VisibilityTimeout=0
+        )
+        [again] = receive_n(backend, 1, visibility_timeout=30)
+        assert again.id == message.id and again.receive_count == 3
+        lease = manager.register(again)
+        released_at = time.monotonic()
+        lease.release(delay=0)
+        back_at, _ = wait_until_back(client, url, message.id, limit=5)
+        assert back_at - released_at <= TOLERANCE
+
+
+def test_fifo_lease_holds_the_group_and_release_frees_it(
+    moto_endpoint: str, make_queue: Any, client: Any
+) -> None:
+    url = make_queue(visibility_timeout=2, fifo=True)
+    for body in ("first", "second"):
+        client.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="g")
+    backend = SQSBackend(client, url)
+    with LeaseManager(backend, **TIMING) as manager:
+        [first] = receive_n(backend, 1)
+        assert first.body == "first"
+        lease = manager.register(first)
+        with Spy(moto_endpoint, url) as spy:
+            time.sleep(3)  # the group stays blocked while the lease is renewed
+        assert spy.received == []
+        released_at = time.monotonic()
+        lease.release(delay=1.0)
+        back_at, raw = wait_until_back(client, url, first.id, limit=5)
+        assert back_at - released_at <= 1.0 + TOLERANCE
+        # The poll took "first" again (for 30 s): finish it, and the group goes on.
+        again = backend.adopt(raw, visibility_timeout=30)
+        manager.register(again).complete()
+        [second] = receive_n(backend, 1)
+        assert second.body == "second"
+        manager.register(second).complete()
+    assert queue_counts(client, url) == (0, 0)
+
+
+def test_adopt_dict_and_resource_message(make_queue: Any, client: Any, moto_endpoint: str) -> None:
+    url = make_queue(visibility_timeout=10)
+    for index in range(3):
+        client.send_message(QueueUrl=url, MessageBody=f"m{index}")
+    calls = count_calls(client)
+    backend = SQSBackend(client, url)
+    raw = client.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=2, MessageSystemAttributeNames=["All"]
+    )["Messages"]
+    sqs = boto3.resource(
+        "sqs",
+        endpoint_url=moto_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    [resource_message] = sqs.Queue(url).receive_messages(MaxNumberOfMessages=1)
+    adopted = [backend.adopt(r) for r in raw] + [backend.adopt(resource_message)]
+    assert calls["GetQueueAttributes"] == 1
+    assert {m.body for m in adopted} == {"m0", "m1", "m2"}
+    assert all(m.visibility_timeout == 10.0 for m in adopted)
+    assert adopted[2].raw is resource_message
+    with LeaseManager(backend, **TIMING) as manager:
+        for message in adopted:
+            manager.register(message).complete()
+    assert queue_counts(client, url) == (0, 0)
+
+
+def test_example_worker_processes_and_stops_on_sigterm(
+    moto_endpoint: str, make_queue: Any, client: Any
+) -> None:
+    url = make_queue(visibility_timeout=30)
+    for _ in range(2):
+        client.send_message(QueueUrl=url, MessageBody='{"seconds": 2.5}')
+    env = {
+        **os.environ,
+        **CHILD_ENV,
+        "SQS_QUEUE_URL": url,
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "VISIBILITY_TIMEOUT": "2",
+        "WAIT_SECONDS": "1",
+    }
+    worker = subprocess.Popen(
+        [sys.executable, str(EXAMPLE)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    lines: list[str] = []
+    try:
+        assert worker.stdout is not None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and sum("processed" in x for x in lines) < 2:
+            line = worker.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+        worker.send_signal(signal.SIGTERM)
+        out, _ = worker.communicate(timeout=15)
+        lines.append(out)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+    text = "".join(lines)
+    assert worker.returncode == 0, text
+    assert text.count("processed ") == 2, text
+    assert "stopped: 2 processed, 0 failed" in text, text
+    assert queue_counts(client, url) == (0, 0)
