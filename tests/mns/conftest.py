@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
-pytest.importorskip("mns.account")
 from mns.account import Account
 
 from leasekeeper.backends.mns import MNSBackend

@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("mns.account")
 from mns.mns_exception import (
     MNSClientNetworkException,
     MNSClientParameterException,

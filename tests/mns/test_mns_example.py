@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mns.account")
-
 from leasekeeper.testing.mns_server import MNSServer
 from tests.mns.conftest import ACCESS_ID, ACCESS_KEY
 

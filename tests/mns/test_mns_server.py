@@ -42,15 +42,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import mns.account as mns_account  # a missing SDK fails loudly, never skips
 import pytest
+from mns.mns_client import MNSClient
+from mns.mns_exception import MNSServerException
+from mns.mns_http import RequestInternal
+from mns.queue import Message, QueueMeta
 
-mns_account = pytest.importorskip("mns.account")
-from mns.mns_client import MNSClient  # noqa: E402
-from mns.mns_exception import MNSServerException  # noqa: E402
-from mns.mns_http import RequestInternal  # noqa: E402
-from mns.queue import Message, QueueMeta  # noqa: E402
-
-from leasekeeper.testing.mns_server import MNSServer  # noqa: E402
+from leasekeeper.testing.mns_server import MNSServer
 
 Account = mns_account.Account
 QUEUE = "jobs"

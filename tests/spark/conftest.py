@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
+from tests.mns.conftest import ACCESS_ID, ACCESS_KEY, mns_server
 from tests.sqs.conftest import CHILD_ENV, make_queue, moto_endpoint
 
-__all__ = ["make_queue", "moto_endpoint"]
+__all__ = ["make_queue", "mns_server", "moto_endpoint"]
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +28,10 @@ def spark() -> Iterator[Any]:
         pytest.fail("PySpark needs Java 17+: apt-get install openjdk-17-jre-headless")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only, whatever the hostname says
-    os.environ.update(CHILD_ENV)  # executors reach moto with these dummy credentials
+    # Executors inherit the environment the session starts with: the local servers'
+    # dummy credentials go in now.
+    os.environ.update(CHILD_ENV)
+    os.environ.update(MNS_ACCESS_KEY_ID=ACCESS_ID, MNS_ACCESS_KEY_SECRET=ACCESS_KEY)
     from pyspark.sql import SparkSession
 
     session = (

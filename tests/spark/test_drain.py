@@ -150,3 +150,42 @@ def test_failing_handlers_release_and_keep_their_messages(
     assert all(r["error"].startswith("ValueError: cannot handle job-") for r in released)
     assert queue_depth(client, url) == 10  # still there, released with a long delay
     assert result.report.released == 10 and result.report.completed == 190
+
+
+def test_drain_on_the_local_mns_server(spark: Any, mns_server: Any, tmp_path: Path) -> None:
+    """The same drain code on Aliyun MNS: long jobs, failures, one row per message."""
+    from mns.account import Account
+    from mns.queue import Message as MNSMessage
+
+    from leasekeeper.spark import MNSSource
+    from tests.mns.conftest import ACCESS_ID, ACCESS_KEY
+
+    name = f"drain-{os.getpid()}"
+    mns_server.create_queue(name, visibility_timeout=VISIBILITY)
+    queue = Account(mns_server.endpoint, ACCESS_ID, ACCESS_KEY).get_queue(name)
+    for n in range(60):
+        queue.send_message(MNSMessage(f"job-{n:04d}"))
+    record = journal(tmp_path / "runs.log")
+
+    def handler(message: Message) -> str:
+        record(message)
+        time.sleep(1.5 * VISIBILITY)
+        if message.body == "job-0007":
+            raise RuntimeError("unlucky seven")
+        return str(message.body)
+
+    result = run_drain(
+        spark,
+        MNSSource(mns_server.endpoint, name),
+        handler,
+        output=str(tmp_path / "out"),
+        partitions=2,
+        config=CONFIG,
+        idle_seconds=3,
+    )
+    rows = result.frame.collect()
+    assert len(rows) == 60
+    assert Counter(r["status"] for r in rows) == {"completed": 59, "released": 1}
+    assert max(runs(tmp_path / "runs.log").values()) == 1, "a message was handled twice"
+    stats = mns_server.queue_stats(name)
+    assert stats.visible + stats.in_flight + stats.delayed == 1  # only the released one
