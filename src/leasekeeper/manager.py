@@ -3,7 +3,7 @@
 How renewal works
 -----------------
 Each backend the manager has seen gets a *lane*: its leases by message id and a
-min-heap of (due time, generation, lease). A lease is due when less than
+min-heap of (due time, generation, message id). A lease is due when less than
 ``extend_threshold`` of its invisibility remains (or when ``max_lease_duration``
 runs out, so abandonment is reported on time). One scheduler thread sleeps until
 the earliest due time of all lanes (never longer than ``timer_interval``), pops
@@ -13,7 +13,9 @@ with leases due within the next tick (a batch call costs the same for 1 entry or
 pool of ``max_concurrency`` threads, because MNS and Azure have no batch extend.
 
 Heap entries are never removed in place: a lease that completes or is
-rescheduled bumps its generation and its old entry is skipped when popped. The
+rescheduled bumps its generation and its old entry is skipped when popped. An
+entry names the message id, not the lease, so a completed lease (and its
+message body) is freed at once rather than when its stale entry surfaces. The
 heap is rebuilt when stale entries outnumber live ones, so memory stays
 proportional to the leases in flight.
 
@@ -61,6 +63,7 @@ _RETRY_CAP = 5.0
 _OP_ATTEMPTS = 4
 _SAMPLES = 2048  # lag / latency samples kept for percentiles
 _WARN_EVERY = 60.0  # seconds between repeated "margin too thin" warnings
+_LAPSE_LINES = 10  # lapse warnings logged one by one per _WARN_EVERY window
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,10 @@ class Stats:
     callback_errors: int
     scheduler_errors: int
     margin_warnings: int  # times lag + call latency ate into the extend threshold
-    scheduler_lag_p50: float
+    scheduler_lag_p50: float  # how late the scheduler woke for the earliest due lease
     scheduler_lag_p99: float
+    send_lag_p50: float  # due -> extend sent: wake lag plus waiting for a dispatch thread
+    send_lag_p99: float
     extend_latency_p50: float
     extend_latency_p99: float
 
@@ -116,15 +121,20 @@ class _Lane:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.leases: dict[str, Lease] = {}
-        self.heap: list[tuple[float, int, Lease]] = []
+        self.heap: list[tuple[float, int, str]] = []  # (due, generation, message id)
         self.stale = 0  # heap entries whose lease has moved on
+
+    def live(self, gen: int, message_id: str) -> Lease | None:
+        """The lease a heap entry stands for, or None if the entry is stale."""
+        lease = self.leases.get(message_id)
+        return lease if lease is not None and lease._gen == gen else None
 
     def head_due(self) -> float | None:
         """The earliest live due time, dropping stale entries off the top."""
         heap = self.heap
         while heap:
-            due, gen, lease = heap[0]
-            if lease._gen == gen:
+            due, gen, message_id = heap[0]
+            if self.live(gen, message_id) is not None:
                 return due
             heapq.heappop(heap)
             self.stale -= 1
@@ -217,7 +227,12 @@ class LeaseManager:
         self._abandoned = self._capped = self._lapses = 0
         self._callback_errors = self._scheduler_errors = self._margin_warnings = 0
         self._lag: deque[float] = deque(maxlen=_SAMPLES)
+        self._send_lag: deque[float] = deque(maxlen=_SAMPLES)
         self._latency: deque[float] = deque(maxlen=_SAMPLES)
+        # Lapse warnings: a few lines per window, then one line saying how many more.
+        self._lapse_window = -math.inf
+        self._lapse_lines = 0
+        self._lapses_unlogged = 0
         # Leases that ended and whose handler/callback have not been told yet: told
         # outside every lock, because on_lost may call back into the manager.
         self._pending: deque[Lease] = deque()
@@ -242,9 +257,17 @@ class LeaseManager:
         if self._driven:
             self.clock.attach(self)  # type: ignore[attr-defined]
             return
+        workers = self.config.max_concurrency
         self._pool = ThreadPoolExecutor(
-            max_workers=self.config.max_concurrency, thread_name_prefix="leasekeeper-dispatch"
+            max_workers=workers, thread_name_prefix="leasekeeper-dispatch"
         )
+        # ThreadPoolExecutor starts a thread inside submit() when none is idle, and a
+        # thread start waits for the new thread to run: under GIL pressure that blocks
+        # the scheduler for tens of milliseconds per thread. Start them all now: each
+        # task waits at the barrier, so every submit finds no idle thread.
+        gate = threading.Barrier(workers)
+        for _ in range(workers):
+            self._pool.submit(gate.wait, 10.0)
         self._thread = threading.Thread(target=self._run, name="leasekeeper-scheduler", daemon=True)
         self._thread.start()
 
@@ -288,6 +311,13 @@ class LeaseManager:
             self._release_all(deadline)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+            # Leave no leasekeeper thread behind: join the pool's threads, within the
+            # timeout (a backend call that hangs keeps its thread, and we say so).
+            for thread in list(getattr(self._pool, "_threads", ())):
+                remaining = None if deadline is None else max(0.0, deadline - self.clock.now())
+                thread.join(remaining)
+                if thread.is_alive():
+                    log.warning("close(): %s is still in a backend call", thread.name)
 
     def _release_all(self, deadline: float | None) -> None:
         """Release every active lease, in batches, on the dispatch pool: a backend
@@ -430,9 +460,9 @@ class LeaseManager:
         self._gen += 1
         lease._gen = self._gen
         lease._due = due
-        heapq.heappush(lane.heap, (due, self._gen, lease))
+        heapq.heappush(lane.heap, (due, self._gen, lease.message.id))
         if lane.stale > 64 and lane.stale * 2 > len(lane.heap):
-            lane.heap = [entry for entry in lane.heap if entry[2]._gen == entry[1]]
+            lane.heap = [e for e in lane.heap if lane.live(e[1], e[2]) is not None]
             heapq.heapify(lane.heap)
             lane.stale = 0
         if due < self._next_wake:
@@ -455,8 +485,9 @@ class LeaseManager:
             batch = lane.backend.max_batch
             horizon = now
             while heap:
-                due, gen, lease = heap[0]
-                if lease._gen != gen:
+                due, gen, message_id = heap[0]
+                lease = lane.live(gen, message_id)
+                if lease is None:
                     heapq.heappop(heap)
                     lane.stale -= 1
                     continue
@@ -571,6 +602,9 @@ class LeaseManager:
                     groups.setdefault(asked, []).append(lease)
             for asked, group in groups.items():
                 sent_at = self.clock.now()
+                # Measured at the send, so it includes any wait for a dispatch thread.
+                send_lag = max(0.0, sent_at - min(lease._due for lease in group))
+                self._send_lag.append(send_lag)
                 late = [lease for lease in group if sent_at >= lease.visible_until]
                 if late:
                     self._count_lapses(late, sent_at)
@@ -581,7 +615,7 @@ class LeaseManager:
                     self._extend_calls += 1
                 for lease, outcome in zip(group, outcomes, strict=True):
                     self._apply_extend(lane, lease, outcome, sent_at, asked)
-                self._check_margin(latency)
+                self._check_margin(send_lag, latency)
         finally:
             for lease in locked:
                 lease._op_lock.release()
@@ -606,9 +640,22 @@ class LeaseManager:
         return asked
 
     def _count_lapses(self, late: list[Lease], sent_at: float) -> None:
+        # An overloaded manager can lapse thousands of leases a minute: log the first
+        # few of each minute one by one and then only how many more there were.
         with self._registry_lock:
             self._lapses += len(late)
-        for lease in late:
+            suppressed = 0
+            if sent_at - self._lapse_window >= _WARN_EVERY:
+                suppressed, self._lapses_unlogged = self._lapses_unlogged, 0
+                self._lapse_window, self._lapse_lines = sent_at, 0
+            shown = late[: max(0, _LAPSE_LINES - self._lapse_lines)]
+            self._lapse_lines += len(shown)
+            self._lapses_unlogged += len(late) - len(shown)
+        if suppressed:
+            log.warning(
+                "%d more lapse(s) in the previous minute (not logged one by one)", suppressed
+            )
+        for lease in shown:
             log.warning(
                 "lapse: extend of message %r sent %.3fs after its invisibility ran out; "
                 "another consumer may have received it (scheduler lag or slow calls)",
@@ -671,9 +718,9 @@ class LeaseManager:
         # deadline itself, where the check above turns it into "lost".
         self._reschedule(lease, now + max(delay, min(remaining, 1e-3)))
 
-    def _check_margin(self, latency: float) -> None:
-        """Rule 3: warn when lag plus call latency eat into the extend threshold."""
-        lag = self._lag[-1] if self._lag else 0.0
+    def _check_margin(self, lag: float, latency: float) -> None:
+        """Rule 3: warn when lateness (the scheduler's own, and waiting for a dispatch
+        thread) plus call latency eat into the extend threshold."""
         if lag + latency <= self._threshold / 2:
             return
         now = self.clock.now()
@@ -683,7 +730,7 @@ class LeaseManager:
                 return
             self._last_margin_warning = now
         log.warning(
-            "scheduler lag (%.3fs) + extend latency (%.3fs) exceed half of extend_threshold "
+            "send lag (%.3fs) + extend latency (%.3fs) exceed half of extend_threshold "
             "(%.3fs): leases risk lapsing; raise extend_threshold or max_concurrency",
             lag,
             latency,
@@ -907,6 +954,7 @@ class LeaseManager:
     def stats(self) -> Stats:
         """A snapshot of the counters, scheduler lag and extend latency."""
         lag = list(self._lag)
+        send_lag = list(self._send_lag)
         latency = list(self._latency)
         with self._registry_lock:
             in_flight = sum(len(lane.leases) for lane in self._lanes.values())
@@ -928,6 +976,8 @@ class LeaseManager:
                 margin_warnings=self._margin_warnings,
                 scheduler_lag_p50=_percentile(lag, 0.50),
                 scheduler_lag_p99=_percentile(lag, 0.99),
+                send_lag_p50=_percentile(send_lag, 0.50),
+                send_lag_p99=_percentile(send_lag, 0.99),
                 extend_latency_p50=_percentile(latency, 0.50),
                 extend_latency_p99=_percentile(latency, 0.99),
             )

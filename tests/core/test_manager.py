@@ -612,3 +612,56 @@ def test_close_releases_in_parallel_on_a_backend_without_batches() -> None:
     assert all(lease.state is LeaseState.RELEASED for lease in leases)
     assert queue.visible_count() == 40
     assert len(threads_seen) > 4, "releases ran one after another"
+
+
+def test_a_completed_lease_and_its_message_are_freed_at_once(
+    clock: ManualClock, queue: MemoryQueue, make_manager: Any
+) -> None:
+    import gc
+    import weakref
+
+    manager = make_manager(queue)
+    for i in range(200):
+        queue.send(f"job {i}")
+    held = [manager.register(m) for m in receive_all(queue, 100)]  # stay in flight
+    done = receive_all(queue, 100)
+    refs = []
+    for message in done:
+        lease = manager.register(message)
+        lease.complete()
+        refs.append((weakref.ref(lease), weakref.ref(message)))
+    del lease, message, done
+    gc.collect()
+    alive = sum(1 for lease_ref, message_ref in refs if lease_ref() or message_ref())
+    assert alive == 0, f"{alive} completed leases still referenced (by stale heap entries?)"
+    assert all(h.state is LeaseState.ACTIVE for h in held)
+    clock.advance(3600)  # the stale entries are skipped, the live ones renewed
+    assert all(h.extensions > 100 for h in held)
+
+
+def test_lapses_are_counted_measured_and_logged_without_flooding(caplog: Any) -> None:
+    # One dispatch thread, held for 1 s by the first batch: the other batches wait in
+    # the pool's queue past their leases' deadlines and are sent late.
+    caplog.set_level(logging.WARNING, logger="leasekeeper")
+    queue = MemoryQueue(1.0, rotate_receipts=True)
+    slow = ScriptedBackend(queue)
+    for i in range(30):
+        queue.send(f"job {i}")
+    manager = LeaseManager(
+        slow, visibility_timeout=1.0, timer_interval=0.1, minimal_life=0.3, max_concurrency=1
+    )
+    slow.hold("extend")
+    for message in receive_all(slow, 30):
+        manager.register(message)
+    assert slow.entered["extend"].wait(5)
+    threading.Timer(1.2, slow.let_go, args=("extend",)).start()
+    deadline = threading.Event()
+    deadline.wait(2.0)
+    manager.close(release=False, timeout=5)
+    stats = manager.stats()
+    # The 20 leases queued behind the held call lapse, and so, afterwards, do the 10
+    # held ones (their extend was sent on time but answered late).
+    assert stats.lapses >= 20
+    assert stats.send_lag_p99 >= 0.5  # the wait for the busy dispatch thread counts
+    lines = [r for r in caplog.records if r.getMessage().startswith("lapse:")]
+    assert len(lines) == 10  # the rest are summed up, not logged one by one

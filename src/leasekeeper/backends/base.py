@@ -70,6 +70,7 @@ class Message:
     """
 
     __slots__ = (
+        "__weakref__",
         "_receipt",
         "backend",
         "body",
