@@ -37,6 +37,7 @@ class LeaseState(str, enum.Enum):
 _EVENT_LOCK = threading.Lock()
 
 _NOT_OURS = (LeaseState.LOST, LeaseState.ABANDONED)
+_new_tuple = tuple.__new__
 
 
 class Lease:
@@ -141,7 +142,9 @@ class Lease:
         return max(0.0, self.visible_until - self._manager.clock.now())
 
     def _handle(self) -> Handle:
-        return Handle(self.message.id, self._receipt)
+        # tuple.__new__ skips NamedTuple's Python-level __new__: this is on the
+        # register/complete hot path.
+        return _new_tuple(Handle, (self.message.id, self._receipt))
 
     def __repr__(self) -> str:
         return (

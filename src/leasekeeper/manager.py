@@ -777,14 +777,14 @@ class LeaseManager:
     def _single(self, lease: Lease, operation: str, arg: float) -> Outcome:
         """Run a handler's delete/release, retrying transient errors a few times."""
         backend = lease.message.backend
-        outcome = Outcome("retry")
-        for attempt in range(_OP_ATTEMPTS):
-            outcome = self._call(backend, operation, [lease], arg)[0]
+        outcome = self._call(backend, operation, [lease], arg)[0]
+        for attempt in range(1, _OP_ATTEMPTS):
             if outcome.kind != "retry":
                 return outcome
-            if self.clock.now() >= lease.visible_until or attempt == _OP_ATTEMPTS - 1:
+            if self.clock.now() >= lease.visible_until:
                 break
-            self._sleep(_RETRY_BASE * 2**attempt * self._rng.uniform(0.5, 1.5))
+            self._sleep(_RETRY_BASE * 2 ** (attempt - 1) * self._rng.uniform(0.5, 1.5))
+            outcome = self._call(backend, operation, [lease], arg)[0]
         return outcome
 
     def _sleep(self, seconds: float) -> None:
@@ -810,11 +810,13 @@ class LeaseManager:
                 state is LeaseState.ABANDONED and self.clock.now() >= lease.visible_until
             ):
                 raise LeaseLost(lease.id, lease.reason or str(state))
+            outcome = self._single(lease, "delete", 0.0)
+            if outcome.kind == "ok":  # the common case, kept short: nothing to reschedule
+                self._end(lease, LeaseState.COMPLETED, "completed")
+                if self._pending:
+                    self._drain_notifications()
+                return
             try:
-                outcome = self._single(lease, "delete", 0.0)
-                if outcome.kind == "ok":
-                    self._end(lease, LeaseState.COMPLETED, "completed")
-                    return
                 if outcome.kind == "lost":
                     # Rule 4: "not found" after we lost it is a loss, not a success.
                     self._end(lease, LeaseState.LOST, f"lost: {outcome.detail}")
