@@ -25,7 +25,10 @@ def _seconds(name: str, value: Any, *, allow_zero: bool = False) -> float:
         raise ConfigError(
             f"{name} must be a number of seconds, got {value!r} ({type(value).__name__})"
         )
-    seconds = float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int beyond float range: 10**400
+        raise ConfigError(f"{name} must be a finite number of seconds, got {value!r}") from None
     if math.isnan(seconds) or math.isinf(seconds):
         raise ConfigError(f"{name} must be a finite number of seconds, got {value!r}")
     if seconds < 0 or (seconds == 0 and not allow_zero):
@@ -84,11 +87,16 @@ class LeaseConfig:
                 _seconds("max_lease_duration", self.max_lease_duration),
             )
         backoff = self.release_backoff
-        if (
-            isinstance(backoff, bool)
-            or not isinstance(backoff, (int, float))
-            or not (math.isfinite(backoff) and backoff >= 1.0)
-        ):
+        try:
+            valid = (
+                not isinstance(backoff, bool)
+                and isinstance(backoff, (int, float))
+                and math.isfinite(backoff)
+                and backoff >= 1.0
+            )
+        except OverflowError:  # an int beyond float range
+            valid = False
+        if not valid:
             raise ConfigError(f"release_backoff must be a finite number >= 1.0, got {backoff!r}")
         set_(self, "release_backoff", float(backoff))
         conc = self.max_concurrency

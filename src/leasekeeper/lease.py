@@ -48,12 +48,14 @@ class Lease:
         "_due",
         "_event",
         "_gen",
+        "_last_error",
         "_manager",
         "_op_lock",
         "_receipt",
         "_retries",
         "_signalled",
         "_state",
+        "_watch",
         "extensions",
         "message",
         "reason",
@@ -76,8 +78,10 @@ class Lease:
         self._signalled = False
         self._op_lock = threading.Lock()  # guards: one backend operation at a time
         self._gen = 0  # heap entry generation; 0 = not scheduled
+        self._watch = 0  # deadline-watch entry while an extend call is out; 0 = none
         self._due = 0.0
         self._retries = 0
+        self._last_error = ""  # the detail of the latest transient extend failure
 
     @property
     def id(self) -> str:

@@ -31,6 +31,7 @@ import logging
 import math
 import random
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -104,11 +105,27 @@ def _percentile(samples: Iterable[float], q: float) -> float:
     return ordered[index]
 
 
+def _valid_delay(delay: object) -> bool:
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        return False
+    try:
+        return math.isfinite(delay) and delay >= 0
+    except OverflowError:  # an int beyond float range
+        return False
+
+
+_KINDS = frozenset(("ok", "lost", "retry", "capped", "fatal"))
+
+
 def _well_formed(outcomes: object, expected: int) -> bool:
+    """One Outcome per handle, each of a known kind, receipts None or a non-empty str."""
     if not isinstance(outcomes, list) or len(outcomes) != expected:
         return False
-    for outcome in outcomes:  # noqa: SIM110 - a plain loop; all() + genexpr costs more here
-        if not isinstance(outcome, Outcome):
+    for outcome in outcomes:
+        if not isinstance(outcome, Outcome) or outcome.kind not in _KINDS:
+            return False
+        receipt = outcome.receipt
+        if receipt is not None and (type(receipt) is not str or not receipt):
             return False
     return True
 
@@ -116,13 +133,16 @@ def _well_formed(outcomes: object, expected: int) -> bool:
 class _Lane:
     """One backend's leases and renewal heap."""
 
-    __slots__ = ("backend", "heap", "leases", "stale")
+    __slots__ = ("backend", "heap", "leases", "stale", "watch")
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.leases: dict[str, Lease] = {}
         self.heap: list[tuple[float, int, str]] = []  # (due, generation, message id)
         self.stale = 0  # heap entries whose lease has moved on
+        # (deadline, watch generation, message id) of leases whose extend call is out:
+        # if one has not returned by the deadline, the lease is lost there and then.
+        self.watch: list[tuple[float, int, str]] = []
 
     def live(self, gen: int, message_id: str) -> Lease | None:
         """The lease a heap entry stands for, or None if the entry is stale."""
@@ -170,7 +190,13 @@ class LeaseScope:
         lease = self._lease
         assert lease is not None, "LeaseScope exited without entering"
         if exc_type is None:
-            lease.complete()
+            try:
+                lease.complete()
+            except BackendError:
+                # The handler succeeded but the delete keeps failing: stop renewing so
+                # the message comes back and is done again, rather than hide it for ever.
+                lease._manager._abandon(lease, "delete failed: left to lapse")
+                raise
             return
         try:
             lease.release(self._delay)
@@ -220,6 +246,7 @@ class LeaseManager:
         self._pool: ThreadPoolExecutor | None = None
         self._inflight: set[Future[None]] = set()
         self._rng = random.Random()
+        self._closing_thread: threading.Thread | None = None
         self._last_margin_warning = -math.inf
 
         self._registered = self._extended = self._extend_calls = self._extend_errors = 0
@@ -294,15 +321,26 @@ class LeaseManager:
         until they lapse. ``timeout`` bounds the wait for in-flight backend calls.
         Closing twice does nothing.
         """
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not (timeout >= 0 and math.isfinite(timeout))
+        ):
+            # Checked before anything changes: a half-closed manager releases nothing.
+            raise ValueError(f"close() timeout must be None or seconds >= 0, got {timeout!r}")
         with self._wakeup:
             if self._closed:
                 return
             self._closed = True
             self._wakeup.notify_all()
         deadline = None if timeout is None else self.clock.now() + timeout
+        # Called from on_lost, on one of our own dispatch threads: waiting for our own
+        # task (or joining our own thread) would never end.
+        self._closing_thread = threading.current_thread()
+        own = self._closing_thread in self._pool_threads()
         if self._thread is not None:
             self._thread.join(timeout)
-        if self._inflight:
+        if self._inflight and not own:
             remaining = None if deadline is None else max(0.0, deadline - self.clock.now())
             wait_futures(list(self._inflight), timeout=remaining)
         if self._driven and self._started:
@@ -313,11 +351,16 @@ class LeaseManager:
             self._pool.shutdown(wait=False, cancel_futures=True)
             # Leave no leasekeeper thread behind: join the pool's threads, within the
             # timeout (a backend call that hangs keeps its thread, and we say so).
-            for thread in list(getattr(self._pool, "_threads", ())):
+            for thread in self._pool_threads():
+                if thread is self._closing_thread:
+                    continue
                 remaining = None if deadline is None else max(0.0, deadline - self.clock.now())
                 thread.join(remaining)
                 if thread.is_alive():
                     log.warning("close(): %s is still in a backend call", thread.name)
+
+    def _pool_threads(self) -> list[threading.Thread]:
+        return list(getattr(self._pool, "_threads", ()))
 
     def _release_all(self, deadline: float | None) -> None:
         """Release every active lease, in batches, on the dispatch pool: a backend
@@ -337,13 +380,24 @@ class LeaseManager:
                     else:
                         lease._op_lock.release()
             chunks += [(lane.backend, c) for c in chunked(locked, lane.backend.max_batch)]
-        if self._pool is None or len(chunks) < 2:
+        on_pool = self._closing_thread in self._pool_threads()
+        if self._pool is None or len(chunks) < 2 or on_pool:
             for backend, chunk in chunks:
                 self._release_chunk(backend, chunk)
         else:
-            futures = [self._pool.submit(self._release_chunk, b, c) for b, c in chunks]
+            futures = [(self._pool.submit(self._release_chunk, b, c), c) for b, c in chunks]
             remaining = None if deadline is None else max(0.0, deadline - self.clock.now())
-            wait_futures(futures, timeout=remaining)
+            wait_futures([f for f, _ in futures], timeout=remaining)
+            for future, chunk in futures:
+                if future.cancel():  # still queued at the timeout: never sent
+                    for lease in chunk:
+                        self._end(
+                            lease,
+                            LeaseState.RELEASED,
+                            "close() timed out before releasing it: it lapses",
+                            stop_handler=True,
+                        )
+                        lease._op_lock.release()
         self._drain_notifications()
 
     def _release_chunk(self, backend: Backend, chunk: Sequence[Lease]) -> None:
@@ -363,6 +417,7 @@ class LeaseManager:
         finally:
             for lease in chunk:
                 lease._op_lock.release()
+            self._drain_notifications()  # close() may have returned already
 
     # ------------------------------------------------------------------ registering
 
@@ -379,6 +434,12 @@ class LeaseManager:
                 f"backend.adopt(raw)), got {type(message).__module__}."
                 f"{type(message).__qualname__}"
             )
+        visible_until = message.visible_until
+        if not math.isfinite(visible_until):
+            raise ValueError(
+                f"message {message.id!r} has no finite deadline ({visible_until!r}): "
+                "give it a finite visibility_timeout"
+            )
         now = self.clock.now()
         backend = message.backend
         superseded: Lease | None = None
@@ -389,6 +450,11 @@ class LeaseManager:
             if lane is None:
                 self._check_backend(backend)
                 lane = self._lanes[id(backend)] = _Lane(backend)
+            finished: Lease | None = (
+                message._lease_ref() if message._lease_ref is not None else None
+            )
+            if finished is not None and finished._manager is self:
+                return finished  # its lease ended: the same lease, not a second one
             existing = lane.leases.get(message.id)
             if existing is not None:
                 if existing.message is message or existing.message.receipt == message.receipt:
@@ -396,7 +462,7 @@ class LeaseManager:
                 # The message was received again with a new receipt while we still
                 # held a lease on it: that lease lapsed and is not ours any more.
                 superseded = existing
-            remaining = message.visible_until - now
+            remaining = visible_until - now
             if remaining < self.config.minimal_life:
                 raise LeaseTooShort(message.id, remaining, self.config.minimal_life)
             if superseded is not None:
@@ -432,7 +498,16 @@ class LeaseManager:
                 "(it needs receive, adopt, extend, delete, release, max_batch, "
                 "max_visibility and rotates_receipts)"
             )
-        self.config.check_backend(backend, backend.max_visibility)
+        batch, limit = backend.max_batch, backend.max_visibility
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise TypeError(f"{backend!r}.max_batch must be an integer >= 1, got {batch!r}")
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, (int, float))
+            or not (math.isfinite(limit) and limit > 0)
+        ):
+            raise TypeError(f"{backend!r}.max_visibility must be seconds > 0, got {limit!r}")
+        self.config.check_backend(backend, limit)
 
     def get(self, message: Message) -> Lease | None:
         """The active lease on ``message``, if any."""
@@ -480,6 +555,16 @@ class LeaseManager:
         work: list[tuple[_Lane, list[Lease]]] = []
         worst_lag = -1.0
         for lane in self._lanes.values():
+            watch = lane.watch
+            while watch and watch[0][0] <= now:
+                _, gen, message_id = heapq.heappop(watch)
+                lease = lane.leases.get(message_id)
+                if lease is not None and lease._watch == gen:
+                    # Rule 5: the deadline passed and the extend has not come back (a
+                    # hung call): another consumer may have the message now.
+                    self._end_locked(
+                        lease, LeaseState.LOST, "the extend call had not returned by the deadline"
+                    )
             heap = lane.heap
             due_leases: list[Lease] = []
             batch = lane.backend.max_batch
@@ -514,6 +599,8 @@ class LeaseManager:
         best: float | None = None
         for lane in self._lanes.values():
             due = lane.head_due()
+            if lane.watch and (due is None or lane.watch[0][0] < due):
+                due = lane.watch[0][0]
             if due is not None and (best is None or due < best):
                 best = due
         return best
@@ -528,13 +615,14 @@ class LeaseManager:
                         return
                     now = self.clock.now()
                     work = self._collect_due(now)
-                    if not work:
+                    if not work and not self._pending:
                         next_due = self._next_due_locked()
                         wait = tick if next_due is None else min(max(0.0, next_due - now), tick)
                         self._next_wake = now + wait
                         self.clock.wait(self._wakeup, wait)
                         self._next_wake = -math.inf
                         continue
+                self._drain_notifications()  # leases a watch ended, told outside the lock
                 self._dispatch(work)
             except Exception:
                 # Rule 6: the scheduler never dies. Count, log, carry on after a tick.
@@ -568,6 +656,7 @@ class LeaseManager:
             if self._closed:
                 return
             work = self._collect_due(self.clock.now())
+        self._drain_notifications()
         self._dispatch(work)
 
     # ------------------------------------------------------------------ extending
@@ -576,11 +665,17 @@ class LeaseManager:
         """Extend one chunk of due leases (runs on a dispatch thread)."""
         try:
             self._extend_batch_unguarded(lane, leases)
-        except Exception:
-            self._scheduler_errors += 1
-            log.exception("leasekeeper dispatch error (leases rescheduled)")
+        except BaseException as exc:
+            # Rule 6: whatever escaped (a bug, or a CancelledError from an SDK bridged
+            # onto asyncio), no popped lease is left unscheduled.
+            with self._registry_lock:
+                self._scheduler_errors += 1
             for lease in leases:
-                self._reschedule(lease, self.clock.now() + _RETRY_BASE)
+                if lease._state is LeaseState.ACTIVE and lease._gen == 0:
+                    self._reschedule(lease, self.clock.now() + _RETRY_BASE)
+            if not isinstance(exc, Exception):
+                raise
+            log.error("leasekeeper dispatch error (%s); leases rescheduled", type(exc).__name__)
         self._drain_notifications()
 
     def _extend_batch_unguarded(self, lane: _Lane, leases: Sequence[Lease]) -> None:
@@ -608,7 +703,12 @@ class LeaseManager:
                 late = [lease for lease in group if sent_at >= lease.visible_until]
                 if late:
                     self._count_lapses(late, sent_at)
-                outcomes = self._call(backend, "extend", group, asked)
+                self._watch(lane, group)
+                try:
+                    outcomes = self._call(backend, "extend", group, asked)
+                finally:
+                    for lease in group:
+                        lease._watch = 0  # back in time (or not): the watch is moot
                 latency = self.clock.now() - sent_at
                 self._latency.append(latency)
                 with self._registry_lock:
@@ -620,8 +720,27 @@ class LeaseManager:
             for lease in locked:
                 lease._op_lock.release()
 
+    def _watch(self, lane: _Lane, group: Sequence[Lease]) -> None:
+        """Watch each lease's deadline while its extend call is out."""
+        with self._registry_lock:
+            earliest = math.inf
+            for lease in group:
+                self._gen += 1
+                lease._watch = self._gen
+                heapq.heappush(lane.watch, (lease.visible_until, self._gen, lease.message.id))
+                earliest = min(earliest, lease.visible_until)
+            if earliest < self._next_wake:
+                self._wakeup.notify()
+
     def _plan_extend(self, backend: Backend, lease: Lease, now: float) -> float | None:
         """How long to ask for, or None after ending the lease (abandoned/capped)."""
+        if lease._retries and now >= lease.visible_until:
+            self._end(
+                lease,
+                LeaseState.LOST,
+                f"no successful extend before its deadline (last error: {lease._last_error})",
+            )
+            return None
         limit = self.config.max_lease_duration
         if limit is not None and now >= lease.registered_at + limit:
             self._end(lease, LeaseState.ABANDONED, f"max_lease_duration ({limit:g}s) reached")
@@ -666,6 +785,8 @@ class LeaseManager:
     def _apply_extend(
         self, lane: _Lane, lease: Lease, outcome: Outcome, sent_at: float, asked: float
     ) -> None:
+        if lease._state is not LeaseState.ACTIVE:
+            return  # ended while the call was out (its deadline watch fired): too late
         kind = outcome.kind
         if kind == "ok":
             if outcome.receipt is not None:
@@ -702,6 +823,7 @@ class LeaseManager:
             )
             return
         lease._retries += 1
+        lease._last_error = detail
         backoff = min(_RETRY_CAP, _RETRY_BASE * 2 ** (lease._retries - 1))
         delay = min(backoff * self._rng.uniform(0.5, 1.5), remaining / 2)
         with self._registry_lock:
@@ -756,12 +878,13 @@ class LeaseManager:
             else:
                 outcomes = backend.delete(handles)
         except Exception as exc:
+            # Type only: an SDK's exception text can quote the receipt it rejected.
             log.warning(
-                "%s call for %d message(s) raised %s; treated as transient",
+                "%s call for %d message(s) raised %s.%s; treated as transient",
                 operation,
                 len(handles),
-                type(exc).__name__,
-                exc_info=log.isEnabledFor(logging.DEBUG),
+                type(exc).__module__,
+                type(exc).__qualname__,
             )
             return [Outcome("retry", detail=f"{type(exc).__name__}")] * len(handles)
         if not _well_formed(outcomes, len(handles)):
@@ -833,12 +956,11 @@ class LeaseManager:
         if delay is None:
             cfg = self.config
             count = max(1, lease.message.receive_count)
-            delay = cfg.release_delay * cfg.release_backoff ** (count - 1)
-        elif (
-            isinstance(delay, bool)
-            or not isinstance(delay, (int, float))
-            or not (math.isfinite(delay) and delay >= 0)
-        ):
+            try:
+                delay = cfg.release_delay * cfg.release_backoff ** (count - 1)
+            except OverflowError:  # a poison message received a thousand times
+                delay = math.inf
+        elif not _valid_delay(delay):
             raise ValueError(f"release delay must be a finite number >= 0, got {delay!r}")
         delay = min(float(delay), lease.message.backend.max_visibility)
         with lease._op_lock:
@@ -876,6 +998,11 @@ class LeaseManager:
             finally:
                 self._after_op(lease)
 
+    def _abandon(self, lease: Lease, reason: str) -> None:
+        """Stop renewing ``lease`` and report it (as max_lease_duration would)."""
+        self._end(lease, LeaseState.ABANDONED, reason)
+        self._drain_notifications()
+
     def _after_op(self, lease: Lease) -> None:
         """After a handler's op: renew again if it is still ours, then report."""
         if lease._state is LeaseState.ACTIVE and lease._gen == 0:
@@ -903,6 +1030,8 @@ class LeaseManager:
             return
         lease._state = state
         lease.reason = reason
+        # register(message) of this very message returns this lease, not a second one.
+        lease.message._lease_ref = weakref.ref(lease)
         lane = self._lanes[id(lease.message.backend)]
         if lease._gen:
             lane.stale += 1

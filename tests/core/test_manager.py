@@ -522,15 +522,15 @@ def test_manager_as_context_manager_closes(queue: MemoryQueue, clock: ManualCloc
 
 
 def test_real_clock_close_stops_the_scheduler_thread() -> None:
+    before = set(threading.enumerate())  # other tests' threads are not ours to judge
     queue = MemoryQueue(5)
     queue.send("job")
     manager = LeaseManager(queue, visibility_timeout=5, timer_interval=0.5, minimal_life=1)
     manager.register(queue.receive()[0])
-    names = {t.name for t in threading.enumerate()}
-    assert "leasekeeper-scheduler" in names
+    started = set(threading.enumerate()) - before
+    assert "leasekeeper-scheduler" in {t.name for t in started}
     manager.close(timeout=5)
-    alive = [t.name for t in threading.enumerate() if t.name.startswith("leasekeeper-")]
-    assert alive == []
+    assert [t.name for t in started if t.is_alive()] == []
 
 
 # ---------------------------------------------------------------- stats and secrets

@@ -566,13 +566,8 @@ def test_lease_manager_against_the_model_soak() -> None:
     run_state_machine_as_test(LeaseMachine, settings=settings.get_profile("leasekeeper-soak"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: MemoryQueue.visible_count() counts messages that left the ready "
-    "state (deleted, extended or delayed while visible) without being received",
-)
 @pytest.mark.parametrize("operation", ["delete", "extend", "release with delay"])
-def test_core_bug_memory_queue_counts_messages_no_longer_visible(operation: str) -> None:
+def test_regression_memory_queue_counts_messages_no_longer_visible(operation: str) -> None:
     """A message whose invisibility ran out sits in MemoryQueue._ready. A delete, an
     extend or a delayed release with its (still valid) receipt removes it from
     _records or hides it again, but leaves the entry in _ready: visible_count() is

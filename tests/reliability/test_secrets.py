@@ -157,12 +157,7 @@ def _quoting_error(operation: str, handles: Sequence[Handle]) -> BaseException:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a backend exception quoting the receipt is logged with its "
-    "traceback at DEBUG",
-)
-def test_core_bug_a_backend_exception_that_quotes_the_receipt_reaches_the_logs(
+def test_regression_a_backend_exception_that_quotes_the_receipt_reaches_the_logs(
     debug_logs: pytest.LogCaptureFixture,
 ) -> None:
     """LeaseManager._call logs an unexpected backend exception with

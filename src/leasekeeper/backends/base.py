@@ -22,7 +22,7 @@ threads call ``delete``/``release`` themselves.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 OutcomeKind = Literal["ok", "lost", "retry", "capped", "fatal"]
@@ -71,6 +71,7 @@ class Message:
 
     __slots__ = (
         "__weakref__",
+        "_lease_ref",
         "_receipt",
         "backend",
         "body",
@@ -99,6 +100,7 @@ class Message:
     ) -> None:
         self.id = id
         self.body = body
+        self._lease_ref: Callable[[], Any] | None = None  # set when its lease ends
         self._receipt = receipt
         self.backend = backend
         self.received_at = received_at

@@ -139,13 +139,13 @@ class MemoryQueue:
         """Messages a receive could return now."""
         with self._lock:
             self._promote(self.clock.now())
-            return len(self._ready)
+            return self._visible_locked()
 
     def in_flight_count(self) -> int:
         """Messages received and still hidden (or delayed)."""
         with self._lock:
             self._promote(self.clock.now())
-            return len(self._records) - len(self._ready)
+            return len(self._records) - self._visible_locked()
 
     def __len__(self) -> int:
         """Messages not yet deleted."""
@@ -153,6 +153,11 @@ class MemoryQueue:
             return len(self._records)
 
     # ------------------------------------------------------------------ internals
+
+    def _visible_locked(self) -> int:
+        # _ready may still hold a record deleted or hidden again since it was promoted
+        # (receive skips those); count each visible record once.
+        return len({id(r) for r in self._ready if r.in_ready and r.id in self._records})
 
     def _hide(self, record: _Stored, until: float) -> None:
         record.visible_at = until
@@ -279,6 +284,7 @@ class MemoryQueue:
                     continue
                 del self._records[found.id]
                 found.version += 1
+                found.in_ready = False
                 self.deleted_ids.append(found.id)
                 out.append(OK)
             return out
