@@ -67,7 +67,9 @@ class _SlowUpdates:
 def test_delete_during_an_in_flight_update_uses_the_new_receipt(
     azurite: str, queue_name: str, queue_client: QueueClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    slow = _SlowUpdates(delay=1.0)
+    # The answer is held back 0.8 s; the extend goes out with 1.6 s left, so it still
+    # returns before the lease's deadline (past it, the lease is lost: rule 5).
+    slow = _SlowUpdates(delay=0.8)
 
     def slow_client() -> QueueClient:
         return QueueClient.from_connection_string(
@@ -78,7 +80,8 @@ def test_delete_during_an_in_flight_update_uses_the_new_receipt(
     queue_client.send_message("x")
     [message] = backend.receive(visibility_timeout=2)
     slow.armed.set()
-    with LeaseManager(backend, **TIMING) as manager:  # type: ignore[arg-type]
+    timing = {**TIMING, "extend_threshold": 1.6}
+    with LeaseManager(backend, **timing) as manager:  # type: ignore[arg-type]
         lease = manager.register(message)
         assert slow.entered.wait(5), "no extend was sent"
         # The update is applied server-side: the receipt the lease holds is dead now.

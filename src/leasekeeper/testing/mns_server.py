@@ -51,6 +51,7 @@ import logging
 import re
 import signal
 import socket
+import sys
 import threading
 import time
 import types
@@ -1198,7 +1199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with server:
             for name in args.queue:
                 server.create_queue(name, args.visibility_timeout)
-            print(server.endpoint, flush=True)  # noqa: T201 - the CLI's output
+            sys.stdout.write(server.endpoint + "\n")  # the CLI's output: the endpoint
+            sys.stdout.flush()
             # Short waits keep the main thread responsive to Ctrl-C.
             while not stop.wait(0.5):
                 pass
