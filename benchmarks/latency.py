@@ -66,20 +66,6 @@ class LatencyBackend:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _wrap(self, message: Message) -> Message:
-        return Message(
-            id=message.id,
-            body=message.body,
-            receipt=message.receipt,
-            backend=self,
-            received_at=message.received_at,
-            visibility_timeout=message.visibility_timeout,
-            receive_count=message.receive_count,
-            raw=message.raw,
-            deadline_hint=message.deadline_hint,
-            hard_deadline=message.hard_deadline,
-        )
-
     def _pay(self) -> float:
         """Spend (or account for) one call's latency; return when it is applied."""
         if self.simulated:
@@ -101,10 +87,10 @@ class LatencyBackend:
             with self._lock:
                 for message in got:
                     self.deadlines[message.id] = message.visible_until
-        return [self._wrap(message) for message in got]
+        return [message.with_backend(self) for message in got]
 
     def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
-        return self._wrap(self.inner.adopt(raw, visibility_timeout))
+        return self.inner.adopt(raw, visibility_timeout).with_backend(self)
 
     def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
         hook = self.on_extend

@@ -32,6 +32,7 @@ import math
 import random
 import threading
 import weakref
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -97,6 +98,34 @@ class Stats:
         return asdict(self)
 
 
+class _SampleRing:
+    """The last ``size`` timing samples, in storage allocated once.
+
+    A ``deque(maxlen=...)`` of floats grows (one float object per sample) until it
+    is full, which over a long run looks exactly like a leak; this ring holds raw
+    doubles in a preallocated array, so the manager's footprint is the same in its
+    first minute and its hundredth. Appends come from several threads without a
+    lock: a race can at worst overwrite one sample, which percentiles shrug off.
+    """
+
+    __slots__ = ("_count", "_data", "_next")
+
+    def __init__(self, size: int) -> None:
+        self._data = array("d", bytes(8 * size))
+        self._next = 0
+        self._count = 0
+
+    def append(self, value: float) -> None:
+        i = self._next
+        self._data[i] = value
+        self._next = (i + 1) % len(self._data)
+        if self._count < len(self._data):
+            self._count += 1
+
+    def snapshot(self) -> list[float]:
+        return self._data[: self._count].tolist()
+
+
 def _percentile(samples: Iterable[float], q: float) -> float:
     ordered = sorted(samples)
     if not ordered:
@@ -158,6 +187,18 @@ class _Lane:
                 return due
             heapq.heappop(heap)
             self.stale -= 1
+        return None
+
+    def head_watch(self) -> float | None:
+        """The earliest deadline still being watched. Entries whose extend call has
+        come back are dropped off the top, so they wake nobody."""
+        watch = self.watch
+        while watch:
+            deadline, gen, message_id = watch[0]
+            lease = self.leases.get(message_id)
+            if lease is not None and lease._watch == gen:
+                return deadline
+            heapq.heappop(watch)
         return None
 
 
@@ -253,9 +294,9 @@ class LeaseManager:
         self._retries = self._lost = self._completed = self._released = 0
         self._abandoned = self._capped = self._lapses = 0
         self._callback_errors = self._scheduler_errors = self._margin_warnings = 0
-        self._lag: deque[float] = deque(maxlen=_SAMPLES)
-        self._send_lag: deque[float] = deque(maxlen=_SAMPLES)
-        self._latency: deque[float] = deque(maxlen=_SAMPLES)
+        self._lag = _SampleRing(_SAMPLES)
+        self._send_lag = _SampleRing(_SAMPLES)
+        self._latency = _SampleRing(_SAMPLES)
         # Lapse warnings: a few lines per window, then one line saying how many more.
         self._lapse_window = -math.inf
         self._lapse_lines = 0
@@ -599,8 +640,9 @@ class LeaseManager:
         best: float | None = None
         for lane in self._lanes.values():
             due = lane.head_due()
-            if lane.watch and (due is None or lane.watch[0][0] < due):
-                due = lane.watch[0][0]
+            watched = lane.head_watch()
+            if watched is not None and (due is None or watched < due):
+                due = watched
             if due is not None and (best is None or due < best):
                 best = due
         return best
@@ -1084,9 +1126,9 @@ class LeaseManager:
 
     def stats(self) -> Stats:
         """A snapshot of the counters, scheduler lag and extend latency."""
-        lag = list(self._lag)
-        send_lag = list(self._send_lag)
-        latency = list(self._latency)
+        lag = self._lag.snapshot()
+        send_lag = self._send_lag.snapshot()
+        latency = self._latency.snapshot()
         with self._registry_lock:
             in_flight = sum(len(lane.leases) for lane in self._lanes.values())
             return Stats(

@@ -665,3 +665,47 @@ def test_lapses_are_counted_measured_and_logged_without_flooding(caplog: Any) ->
     assert stats.send_lag_p99 >= 0.5  # the wait for the busy dispatch thread counts
     lines = [r for r in caplog.records if r.getMessage().startswith("lapse:")]
     assert len(lines) == 10  # the rest are summed up, not logged one by one
+
+
+def test_memory_stays_flat_over_a_day_of_renewals(
+    clock: ManualClock, queue: MemoryQueue, make_manager: Any
+) -> None:
+    # Timing samples (lag, latency) are kept in storage allocated up front: a long-
+    # running manager holds the same bytes in its first hour as in its hundredth.
+    import tracemalloc
+
+    def manager_bytes() -> int:
+        snapshot = tracemalloc.take_snapshot()
+        ours = tracemalloc.Filter(True, "*leasekeeper*manager.py")
+        return sum(s.size for s in snapshot.filter_traces([ours]).statistics("filename"))
+
+    queue.send("long job")
+    manager = make_manager(queue)
+    tracemalloc.start()
+    try:
+        lease = manager.register(queue.receive()[0])
+        clock.advance(3600)
+        early = manager_bytes()
+        clock.advance(24 * 3600)
+        late = manager_bytes()
+    finally:
+        tracemalloc.stop()
+    assert lease.extensions == 25 * 3600 // 20
+    assert late - early < 2048, f"manager memory grew by {late - early} B over a day"
+    stats = manager.stats()
+    assert stats.scheduler_lag_p99 == stats.extend_latency_p99 == 0.0  # a driven clock
+
+
+def test_a_returned_extend_leaves_no_wakeup_at_its_old_deadline(
+    clock: ManualClock, queue: MemoryQueue, make_manager: Any
+) -> None:
+    # While an extend is out its lease's deadline is watched; once it has come back
+    # the scheduler's next wake-up is the next renewal, not the old deadline.
+    queue.send("job")
+    manager = make_manager(queue)
+    lease = manager.register(queue.receive()[0])
+    first_deadline = lease.visible_until
+    clock.advance(20)  # the first renewal, 10 s before that deadline
+    assert lease.extensions == 1
+    assert manager.next_wakeup() == pytest.approx(lease.visible_until - 10)
+    assert manager.next_wakeup() > first_deadline

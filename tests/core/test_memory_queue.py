@@ -146,3 +146,14 @@ def test_long_poll_wakes_when_visibility_runs_out() -> None:
     got = queue.receive(wait_seconds=3)
     assert len(got) == 1
     assert 0.2 < time.monotonic() - start < 2
+
+
+def test_without_history_only_the_deleted_count_is_kept(clock: ManualClock) -> None:
+    # history=False is for long runs: no per-message record outlives its message.
+    queue = MemoryQueue(10.0, clock=clock, history=False)
+    queue.send_many([f"job {i}" for i in range(5)])
+    received = queue.receive(max_messages=5)
+    assert [o.kind for o in queue.delete([m.handle for m in received[:3]])] == ["ok"] * 3
+    assert [o.kind for o in queue.delete([received[0].handle])] == ["lost"]  # gone: once only
+    assert (queue.deleted_count, len(queue)) == (3, 2)
+    assert queue.deleted_ids == [] and queue.receive_counts == {}

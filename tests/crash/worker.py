@@ -140,7 +140,7 @@ class CrashingBackend:
         visibility_timeout: float | None = None,
     ) -> list[Message]:
         got = self.inner.receive(max_messages, wait_seconds, visibility_timeout)
-        out = [self._rewrap(m) for m in got]
+        out = [m.with_backend(self) for m in got]
         for message in out:
             self._journal.write("recv", message.id)
         if out and self._armed("before_register"):
@@ -148,22 +148,8 @@ class CrashingBackend:
             die(self._journal, "before_register", [m.id for m in out])
         return out
 
-    def _rewrap(self, m: Message) -> Message:
-        return Message(
-            id=m.id,
-            body=m.body,
-            receipt=m.receipt,
-            backend=self,
-            received_at=m.received_at,
-            visibility_timeout=m.visibility_timeout,
-            receive_count=m.receive_count,
-            raw=m.raw,
-            deadline_hint=m.deadline_hint,
-            hard_deadline=m.hard_deadline,
-        )
-
     def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
-        return self._rewrap(self.inner.adopt(raw, visibility_timeout))
+        return self.inner.adopt(raw, visibility_timeout).with_backend(self)
 
     def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
         ids = [h.message_id for h in handles]

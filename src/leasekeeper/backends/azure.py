@@ -88,7 +88,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[azure]'"
     ) from _exc
 
-from leasekeeper.backends.base import Handle, Message, Outcome, OutcomeKind
+from leasekeeper.backends.base import Handle, Message, Outcome, OutcomeKind, redact
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
 from leasekeeper.errors import BackendError, LeaseError
 
@@ -175,12 +175,7 @@ _SECRET_PATTERNS = (
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with the given secrets, pop receipts, SAS signatures and keys blanked."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "<redacted>")
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
+    return redact(text, secrets, _SECRET_PATTERNS)
 
 
 class _RedactingFilter(logging.Filter):

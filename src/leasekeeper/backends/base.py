@@ -22,8 +22,10 @@ threads call ``delete``/``release`` themselves.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
+from urllib.parse import quote
 
 OutcomeKind = Literal["ok", "lost", "retry", "capped", "fatal"]
 
@@ -119,6 +121,23 @@ class Message:
     def handle(self) -> Handle:
         return Handle(self.id, self._receipt)
 
+    def with_backend(self, backend: Backend) -> Message:
+        """A copy that names ``backend`` as its own: what a wrapper backend (one that
+        adds faults, latency or counting around another) hands out, so leases route
+        its extends and deletes through the wrapper."""
+        return Message(
+            id=self.id,
+            body=self.body,
+            receipt=self._receipt,
+            backend=backend,
+            received_at=self.received_at,
+            visibility_timeout=self.visibility_timeout,
+            receive_count=self.receive_count,
+            raw=self.raw,
+            deadline_hint=self.deadline_hint,
+            hard_deadline=self.hard_deadline,
+        )
+
     @property
     def visible_until(self) -> float:
         """Local monotonic time before which the message is known to be invisible."""
@@ -169,3 +188,26 @@ def chunked(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     """Split ``items`` into runs of at most ``size`` (a backend's ``max_batch``)."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+REDACTED = "<redacted>"
+# (pattern, replacement) pairs a backend knows mark its secrets in free text.
+Redactions = Sequence[tuple["re.Pattern[str]", str]]
+
+
+def redact(text: str, secrets: Iterable[str] = (), patterns: Redactions = ()) -> str:
+    """``text`` with each known secret blanked, as written and URL-quoted (services
+    and HTTP logs quote receipts back either way), then each pattern applied.
+
+    The one place every backend blanks receipts, keys and signatures out of SDK
+    errors and log records before leasekeeper lets them near a log line.
+    """
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+            quoted = quote(secret, safe="")
+            if quoted != secret:
+                text = text.replace(quoted, REDACTED)
+    for pattern, replacement in patterns:
+        text = pattern.sub(replacement, text)
+    return text

@@ -8,7 +8,9 @@ stale receipt is rejected exactly where the real service would reject it.
 
 It is the demo's backend and a tool for your own tests: ``send`` messages, run
 your worker, then look at ``deleted_ids``, ``visible_count()``, ``receive_counts``
-and the per-operation call counters.
+and the per-operation call counters. For a long run, ``history=False`` keeps
+only ``deleted_count``, so the queue's memory follows its backlog rather than
+every message it ever held.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class MemoryQueue:
     caps a single extend; ``visibility_cap`` (optional) caps the total
     invisibility after each receive, like SQS's 12 hours, so a lease that reaches
     it is reported "capped". ``max_batch`` is how many entries one call takes.
+    ``history=False`` leaves ``deleted_ids`` and ``receive_counts`` empty (they
+    grow by one entry per message); ``deleted_count`` is kept either way.
     """
 
     def __init__(
@@ -84,6 +88,7 @@ class MemoryQueue:
         max_batch: int = 10,
         visibility_cap: float | None = None,
         name: str = "memory",
+        history: bool = True,
     ) -> None:
         if not visibility_timeout > 0:
             raise ValueError(f"visibility_timeout must be > 0, got {visibility_timeout!r}")
@@ -104,8 +109,11 @@ class MemoryQueue:
         self._hidden: list[tuple[float, int, int, _Stored]] = []  # (visible_at, seq, version, rec)
         self._seq = itertools.count()
         self._ids = itertools.count(1)
+        self.history = history
         self.deleted_ids: list[str] = []
         self.receive_counts: dict[str, int] = {}
+        # Successful deletes. A deleted record is gone, so no message counts twice.
+        self.deleted_count = 0
         self.calls: Counter[str] = Counter()  # backend calls per operation
         self.entries: Counter[str] = Counter()  # entries across those calls
 
@@ -217,7 +225,8 @@ class MemoryQueue:
                 if record.id not in self._records or not record.in_ready:
                     continue
                 record.receive_count += 1
-                self.receive_counts[record.id] = record.receive_count
+                if self.history:
+                    self.receive_counts[record.id] = record.receive_count
                 receipt = self._new_receipt(record)
                 self._hide(record, now + vis)
                 record.cap_at = None if self.visibility_cap is None else now + self.visibility_cap
@@ -285,7 +294,9 @@ class MemoryQueue:
                 del self._records[found.id]
                 found.version += 1
                 found.in_ready = False
-                self.deleted_ids.append(found.id)
+                self.deleted_count += 1
+                if self.history:
+                    self.deleted_ids.append(found.id)
                 out.append(OK)
             return out
 

@@ -72,7 +72,6 @@ import threading
 import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import quote
 
 try:
     from mns.account import Account
@@ -92,7 +91,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[mns]'"
     ) from _exc
 
-from leasekeeper.backends.base import Handle, Message, Outcome, OutcomeKind
+from leasekeeper.backends.base import REDACTED, Handle, Message, Outcome, OutcomeKind, redact
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.errors import BackendError, LeaseError
 
@@ -162,17 +161,13 @@ _CODE_SHAPE = re.compile(r"[A-Za-z0-9._-]{1,100}")
 # characters with a digit in it. Error codes and English words have no digits.
 _TOKEN = re.compile(r"(?=[A-Za-z0-9+/=_%.-]*[0-9])[A-Za-z0-9+/=_%.-]{16,}")
 _HANDLE_FIELD = re.compile(r"(?i)(receipt_?handle['\"]?\s*(?:=|:|>)\s*['\"]?)[^&\s'\"<,;)]*")
+_REDACTIONS = ((_HANDLE_FIELD, r"\1" + REDACTED), (_TOKEN, REDACTED))
 _MAX_TEXT = 300
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with the given secrets and anything handle-like blanked out, shortened."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "<redacted>")
-            text = text.replace(quote(secret, safe=""), "<redacted>")
-    text = _HANDLE_FIELD.sub(r"\1<redacted>", text)
-    text = _TOKEN.sub("<redacted>", text)
+    text = redact(text, secrets, _REDACTIONS)
     text = " ".join(text.split())  # no multi-line XML dumps in one log line
     return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 3] + "..."
 

@@ -73,7 +73,15 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[sqs]'"
     ) from _exc
 
-from leasekeeper.backends.base import Handle, Message, Outcome, OutcomeKind, chunked
+from leasekeeper.backends.base import (
+    REDACTED,
+    Handle,
+    Message,
+    Outcome,
+    OutcomeKind,
+    chunked,
+    redact,
+)
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 
 if TYPE_CHECKING:
@@ -179,6 +187,7 @@ _INVALID_PARAMETER_CASES: tuple[tuple[str, OutcomeKind, str], ...] = (
 _CODE_SHAPE = re.compile(r"[A-Za-z0-9._:#-]{1,100}")
 # A receipt handle is a long base64-like token; scrub anything that looks like one.
 _TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
+_REDACTIONS = ((_TOKEN, REDACTED),)
 _ENTRY_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
 
 
@@ -195,10 +204,7 @@ def _short(code: str) -> str:
 
 def scrub(text: str, receipts: Iterable[str] = ()) -> str:
     """``text`` with the given receipts and anything handle-like replaced."""
-    for receipt in receipts:
-        if receipt:
-            text = text.replace(receipt, "<receipt>")
-    return _TOKEN.sub("<redacted>", text)
+    return redact(text, receipts, _REDACTIONS)
 
 
 def classify_error(
