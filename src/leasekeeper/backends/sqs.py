@@ -300,6 +300,39 @@ def classify_exception(exc: BaseException) -> tuple[OutcomeKind, str]:
     return kind, detail
 
 
+# Set on a thread while it is inside one of leasekeeper's own batch calls.
+_OWN_CALL = threading.local()
+_OWN_OPERATIONS = ("ChangeMessageVisibilityBatch", "DeleteMessageBatch")
+
+
+def _one_attempt(
+    response: Any = None,
+    caught_exception: BaseException | None = None,
+    operation: Any = None,
+    **_: Any,
+) -> None:
+    """botocore ``needs-retry`` hook: end leasekeeper's own calls after one attempt.
+
+    botocore would retry a 5xx, a throttle or a reset inside the call, sleeping up
+    to seconds between attempts while the lease's deadline runs out, and would
+    not know the deadline. The manager retries these itself, within each lease's
+    remaining time, so its calls fail fast instead: the attempt's own exception,
+    or the ClientError botocore would have raised. Calls the application makes on
+    the same client are left to botocore's retry policy.
+    """
+    if not getattr(_OWN_CALL, "active", False):
+        return None
+    if caught_exception is not None:
+        raise caught_exception
+    if response is None:
+        return None
+    http_response, parsed = response
+    if getattr(http_response, "status_code", 200) < 300:
+        return None
+    name = getattr(operation, "name", "") or "SQS call"
+    raise ClientError(parsed, name)
+
+
 def _int_attribute(attributes: Mapping[str, Any], name: str) -> int | None:
     value = attributes.get(name)
     try:
@@ -316,11 +349,14 @@ class SQSBackend:
     monotonic clock deadlines are measured on (the manager's, by default the
     system's).
 
-    The client's own retries (botocore's ``retries`` config) run inside one
-    backend call and delay it; leasekeeper retries transient errors itself while a
-    lease has time left, so a client with few attempts and short
-    ``connect_timeout``/``read_timeout`` keeps renewals on time (see
-    docs/backends/sqs.md).
+    leasekeeper retries a failed extend, delete or release itself, within each
+    lease's remaining time. So by default its own calls (ChangeMessageVisibilityBatch,
+    DeleteMessageBatch) make one attempt each: botocore's retries, whose backoff
+    knows nothing of the lease's deadline, are skipped for them through a
+    ``needs-retry`` event hook that touches no other call on the client.
+    ``client_retries=True`` leaves botocore's policy in charge of them too. Short
+    ``connect_timeout``/``read_timeout`` keep a hung call from eating the
+    extend threshold (see docs/backends/sqs.md).
     """
 
     max_batch: int = MAX_BATCH
@@ -331,10 +367,27 @@ class SQSBackend:
     #: Taken off SQS's 12-hour total so the manager stops extending in time.
     hard_deadline_margin: float = DEFAULT_HARD_DEADLINE_MARGIN
 
-    def __init__(self, client: SQSClient, queue_url: str, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        client: SQSClient,
+        queue_url: str,
+        *,
+        clock: Clock | None = None,
+        client_retries: bool = False,
+    ) -> None:
         if not isinstance(queue_url, str) or not queue_url:
             raise ValueError("queue_url must be the queue's URL (a non-empty str)")
         self._client = client
+        self.client_retries = client_retries
+        if not client_retries:
+            events = getattr(getattr(client, "meta", None), "events", None)
+            for operation in _OWN_OPERATIONS:
+                if events is not None:  # the unique id registers it once per client
+                    events.register_first(
+                        f"needs-retry.sqs.{operation}",
+                        _one_attempt,
+                        unique_id=f"leasekeeper-one-attempt-{operation}",
+                    )
         self.queue_url = queue_url
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         # Guards the cached queue visibility timeout (fetched at most once).
@@ -600,6 +653,7 @@ class SQSBackend:
     ) -> list[Outcome]:
         receipts = [handle.receipt for handle in handles]
         ids = [str(index) for index in range(len(handles))]
+        _OWN_CALL.active = not self.client_retries
         try:
             if seconds is None:
                 delete_entries: list[DeleteMessageBatchRequestEntryTypeDef] = [
@@ -634,6 +688,8 @@ class SQSBackend:
                     for outcome in self._batch(operation, [handle], seconds)
                 ]
             return [Outcome(kind, detail=detail)] * len(handles)
+        finally:
+            _OWN_CALL.active = False
         return self._outcomes(operation, handles, successful, failed)
 
     def _outcomes(
