@@ -379,15 +379,14 @@ class SQSBackend:
             raise ValueError("queue_url must be the queue's URL (a non-empty str)")
         self._client = client
         self.client_retries = client_retries
-        if not client_retries:
-            events = getattr(getattr(client, "meta", None), "events", None)
-            for operation in _OWN_OPERATIONS:
-                if events is not None:  # the unique id registers it once per client
-                    events.register_first(
-                        f"needs-retry.sqs.{operation}",
-                        _one_attempt,
-                        unique_id=f"leasekeeper-one-attempt-{operation}",
-                    )
+        events = getattr(getattr(client, "meta", None), "events", None)
+        if not client_retries and events is not None:
+            for operation in _OWN_OPERATIONS:  # the unique id: once per client
+                events.register_first(
+                    f"needs-retry.sqs.{operation}",
+                    _one_attempt,
+                    unique_id=f"leasekeeper-one-attempt-{operation}",
+                )
         self.queue_url = queue_url
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         # Guards the cached queue visibility timeout (fetched at most once).
