@@ -166,6 +166,19 @@ def test_stale_receipts_are_rejected_by_the_queue_itself(rotate: bool) -> None:
     assert faulty.answers == {"extend.ok": 1, "extend.lost": 1}
 
 
+@pytest.mark.parametrize("rotate", [False, True])
+def test_a_receipt_already_stale_is_not_made_stale_twice(rotate: bool) -> None:
+    # Found by the soak matrix: an extend made the receipt stale, then a "stale" draw
+    # on the delete counted a second injection the queue could only reject once.
+    _clock, _queue, faulty, handles = setup(n=1, rotate=rotate)
+    faulty.script("extend", "stale")
+    (outcome,) = faulty.extend(handles, 30)
+    current = Handle(handles[0].message_id, outcome.receipt or handles[0].receipt)
+    faulty.script("delete", "stale")
+    assert faulty.delete([current])[0].kind == "lost"
+    assert faulty.injected("stale") == 1 == faulty.answers["delete.lost"]
+
+
 def test_stale_through_a_rotating_backend_swallows_the_new_receipt() -> None:
     inner = ScriptedBackend(MemoryQueue(30, rotate_receipts=True))
     faulty = FaultyBackend(inner, extend=Faults(stale=1.0))  # type: ignore[arg-type]

@@ -37,7 +37,9 @@ malformed   per call: an answer of the wrong shape - too short, too long, empty,
 stale       per entry: the receipt goes stale behind the caller's back. On extend
             the queue applies the extend, then the receipt is rotated, so the
             *next* call with it is rejected by the queue itself as lost. On
-            delete/release the receipt is rotated just before the call.
+            delete/release the receipt is rotated just before the call. A
+            receipt already made stale is not made stale twice: the queue
+            rejects it once, so it counts once.
 latency     every call takes ``latency`` seconds longer
 spike       with probability ``spike``, a call takes ``spike_latency`` longer
 ==========  ====================================================================
@@ -355,6 +357,9 @@ class FaultyBackend:
         self._affected: Counter[tuple[str, str]] = Counter()
         self.added_latency: dict[str, float] = dict.fromkeys(OPERATIONS, 0.0)  # seconds
         self.events: deque[FaultEvent] = deque(maxlen=max_events)
+        # Receipts this injector made stale: a later "stale" draw on one of them
+        # changes nothing (it is stale already), so it is neither applied nor counted.
+        self._made_stale: set[str] = set()
         for operation, given in (
             ("receive", receive),
             ("extend", extend),
@@ -763,7 +768,8 @@ class FaultyBackend:
                 passing.append(i)
                 if operation == "extend":
                     stale_after.append(i)
-                elif self.rotate_receipt(ids[i]):
+                elif handles[i].receipt not in self._made_stale and self.rotate_receipt(ids[i]):
+                    self._made_stale.add(handles[i].receipt)
                     self._record(operation, "stale", (ids[i],))
             else:
                 out[i] = Outcome(cast(Any, kind), detail=_DETAILS[kind])
@@ -789,6 +795,9 @@ class FaultyBackend:
                 out[i] = Outcome("ok")  # the new receipt never reaches the caller
                 self._record(operation, "stale", (ids[i],))
             elif self.rotate_receipt(ids[i]):
+                # The receipt the caller holds now: the extend's new one on a queue
+                # that rotates receipts, else the one it sent.
+                self._made_stale.add(answered_i.receipt or handles[i].receipt)
                 self._record(operation, "stale", (ids[i],))
         at = self.clock.now()
         for i, kind in enumerate(entry_faults):
