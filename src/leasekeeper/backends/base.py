@@ -192,7 +192,7 @@ def chunked(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
 
 REDACTED = "<redacted>"
 # (pattern, replacement) pairs a backend knows mark its secrets in free text.
-Redactions = Sequence[tuple["re.Pattern[str]", str]]
+Redactions = Sequence[tuple[re.Pattern[str], str]]
 
 
 def redact(text: str, secrets: Iterable[str] = (), patterns: Redactions = ()) -> str:
