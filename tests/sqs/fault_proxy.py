@@ -12,15 +12,20 @@ action it was told to target, in the ways the real service and network fail:
 - ``lost_answer``: the request *is* forwarded and applied, then the answer is
   replaced by a 500 (the client cannot tell it worked).
 
-It binds to 127.0.0.1 only. Counters say what it forwarded and injected.
+It binds to 127.0.0.1 only and runs in its own process (``FaultProxyProcess``),
+as moto does, so its request handling never competes with the lease scheduler
+for the test process's GIL. ``GET /__stats`` answers its counters as JSON.
 """
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
 import random
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -85,6 +90,14 @@ class FaultProxy:
             def do_POST(self) -> None:
                 proxy._handle(self)
 
+            def do_GET(self) -> None:
+                answer = json.dumps(proxy.stats()).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
             def log_message(self, format: str, *args: object) -> None:
                 pass  # quiet: request lines carry receipts
 
@@ -103,6 +116,14 @@ class FaultProxy:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "targeted": self.targeted,
+                "injected": dict(self.injected),
+                "forwarded": dict(self.forwarded),
+            }
 
     def _decide(self, action: str) -> tuple[float, str | None]:
         with self._lock:
@@ -170,3 +191,67 @@ class FaultProxy:
         request.send_header("Content-Length", str(len(answer)))
         request.end_headers()
         request.wfile.write(answer)
+
+
+class FaultProxyProcess:
+    """``with FaultProxyProcess(upstream, error_rate=0.3, ...) as proxy:`` runs the
+    proxy as ``python -m tests.sqs.fault_proxy`` and reads its counters over HTTP."""
+
+    def __init__(self, upstream: str, **options: Any) -> None:
+        args = [sys.executable, "-m", "tests.sqs.fault_proxy", "--upstream", upstream]
+        for name, value in options.items():
+            flag = "--" + name.replace("_", "-")
+            args += [flag, ",".join(value) if isinstance(value, tuple) else str(value)]
+        self._args = args
+        self._proc: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def __enter__(self) -> FaultProxyProcess:
+        self._proc = subprocess.Popen(self._args, stdout=subprocess.PIPE, text=True)
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()  # "PORT <n>" once it listens
+        if not line.startswith("PORT "):
+            self._proc.kill()
+            raise RuntimeError(f"the fault proxy did not start (said {line!r})")
+        self.url = f"http://127.0.0.1:{int(line.split()[1])}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait(10)
+
+    def stats(self) -> dict[str, Any]:
+        host, port = self.url.split("//", 1)[1].split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            connection.request("GET", "/__stats")
+            stats: dict[str, Any] = json.loads(connection.getresponse().read())
+            return stats
+        finally:
+            connection.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--upstream", required=True)
+    parser.add_argument("--error-rate", type=float, default=0.3)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--jitter", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    options = parser.parse_args()
+    proxy = FaultProxy(
+        options.upstream,
+        error_rate=options.error_rate,
+        latency=options.latency,
+        jitter=options.jitter,
+        kinds=tuple(options.kinds.split(",")),
+        seed=options.seed,
+    )
+    print(f"PORT {proxy.url.rsplit(':', 1)[1]}", flush=True)
+    proxy._server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -28,7 +28,7 @@ import pytest
 from leasekeeper import LeaseManager, Message, Worker
 from leasekeeper.backends.sqs import SQSBackend
 from tests.sqs.conftest import REGION, make_client
-from tests.sqs.fault_proxy import FaultProxy
+from tests.sqs.fault_proxy import FaultProxyProcess
 from tests.sqs.test_moto import TIMING as MOTO_TIMING
 from tests.sqs.test_moto import Spy, queue_counts
 
@@ -79,7 +79,8 @@ def test_invariants_hold_behind_a_proxy_failing_30_percent_of_visibility_calls(
         with lock:
             succeeded.add(message.id)
 
-    with FaultProxy(moto_endpoint, error_rate=0.3, latency=0.02, jitter=0.08, seed=30) as proxy:
+    faults = {"error_rate": 0.3, "latency": 0.02, "jitter": 0.08, "seed": 30}
+    with FaultProxyProcess(moto_endpoint, **faults) as proxy:
         client = make_client(proxy.url) if settings == "recommended" else None
         client = client or boto3_default_client(proxy.url)
 
@@ -108,16 +109,18 @@ def test_invariants_hold_behind_a_proxy_failing_30_percent_of_visibility_calls(
             worker.stop(timeout=30)
         stats = manager.stats()
         manager.close()
+        counts = proxy.stats()
+    targeted, injected = counts["targeted"], counts["injected"]
 
     print(
-        f"\n{settings}: visibility calls {proxy.targeted}, injected {dict(proxy.injected)}; "
+        f"\n{settings}: visibility calls {targeted}, injected {injected}; "
         f"extended {stats.extended}, retries {stats.retries}, lost {stats.lost}, "
         f"lapses {stats.lapses}, send lag p99 {stats.send_lag_p99 * 1000:.0f} ms, "
         f"extend latency p99 {stats.extend_latency_p99 * 1000:.0f} ms"
     )
     # The faults really happened, of every kind.
-    assert proxy.targeted >= 30 and sum(proxy.injected.values()) >= 8, proxy.injected
-    assert len(proxy.injected) >= 3, proxy.injected
+    assert targeted >= 30 and sum(injected.values()) >= 8, injected
+    assert len(injected) >= 3, injected
     assert len(succeeded) == JOBS - JOBS // 5 and len(failed) == JOBS // 5
     # (1) deleted only after success; the failed jobs' messages are all still there.
     assert early_deletes == []
@@ -136,20 +139,20 @@ def test_leasekeeper_calls_make_one_attempt_and_the_applications_keep_botocores_
     url = make_queue(visibility_timeout=30)
     admin = make_client(moto_endpoint)
     admin.send_message(QueueUrl=url, MessageBody="job")
-    with FaultProxy(moto_endpoint, error_rate=1.0, kinds=("InternalError",)) as proxy:
+    with FaultProxyProcess(moto_endpoint, error_rate=1.0, kinds=("InternalError",)) as proxy:
         client = boto3_default_client(proxy.url)  # standard retries: 3 attempts
         backend = SQSBackend(client, url)
         message = backend.receive(max_messages=1, wait_seconds=1)[0]
 
         outcomes = backend.extend([message.handle], 30)
         assert [o.kind for o in outcomes] == ["retry"] and "InternalError" in outcomes[0].detail
-        assert proxy.targeted == 1, "leasekeeper's extend was retried inside botocore"
+        assert proxy.stats()["targeted"] == 1, "leasekeeper's extend was retried inside botocore"
 
         entry = {"Id": "0", "ReceiptHandle": message.receipt, "VisibilityTimeout": 30}
         with pytest.raises(Exception, match="InternalError"):
             client.change_message_visibility_batch(QueueUrl=url, Entries=[entry])
-        assert proxy.targeted == 1 + 3, "the application's own call lost botocore's retries"
+        assert proxy.stats()["targeted"] == 1 + 3, "the application's call lost botocore's retries"
 
         # With client_retries=True botocore's policy covers leasekeeper's calls too.
         SQSBackend(client, url, client_retries=True).extend([message.handle], 30)
-        assert proxy.targeted == 4 + 3
+        assert proxy.stats()["targeted"] == 4 + 3
