@@ -96,9 +96,8 @@ def simulate(design: str, n: int, max_batch: int, minutes: float) -> dict[str, A
         timer_interval=TIMER_INTERVAL,
         max_concurrency=CONCURRENCY,
         clock=clock,
+        executor=pool,  # the simulated pool (see benchmarks.simpool)
     )
-    # The design's dispatch pool becomes the simulated one (see benchmarks.simpool).
-    design_.manager._pool = pool
     backend.inner.send_many(["x"] * n)
     start = clock.now()
     steps = 400

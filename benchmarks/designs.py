@@ -61,7 +61,10 @@ def build(
     clock: Clock | None = None,
     minimal_life: float | None = None,
     lag_samples: list[float] | None = None,
+    executor: Any = None,
 ) -> Design:
+    """Build design ``name``. ``executor``: a simulated pool (``benchmarks.simpool``)
+    to run its extend calls on a driven clock, where the design supports one."""
     design = Design(name)
     design.prepare = _identity
     if name == LEASEKEEPER:
@@ -74,6 +77,7 @@ def build(
             timer_interval=timer_interval,
             minimal_life=life,
             max_concurrency=max_concurrency,
+            executor=executor,
         )
         design.manager = manager
         design.track = manager.register
@@ -98,6 +102,7 @@ def build(
             threshold=threshold,
             max_concurrency=max_concurrency,
             clock=clock,
+            executor=executor,
         )
         design.manager = scan
         design.track = scan.register

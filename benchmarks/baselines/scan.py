@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from leasekeeper.backends.base import Backend, Handle, Message
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
@@ -45,6 +46,7 @@ class ScanManager:
         threshold: float,
         max_concurrency: int = 16,
         clock: Clock | None = None,
+        executor: Any = None,
     ) -> None:
         self.backend = backend
         self.visibility_timeout = visibility_timeout
@@ -58,7 +60,8 @@ class ScanManager:
         self._next_tick = self.clock.now() + timer_interval
         self.tick_lag: list[float] = []  # how late each tick fired (benchmark only)
         self.extend_calls = 0
-        self._pool: ThreadPoolExecutor | None = None
+        # A simulation's executor stands in for the pool (benchmarks.simpool).
+        self._pool: Any = executor
         self._timer: threading.Thread | None = None
         if self._driven:
             self.clock.attach(self)  # type: ignore[attr-defined]

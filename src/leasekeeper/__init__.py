@@ -8,8 +8,7 @@ still run long jobs (no second worker grabs a message that is being processed).
 
 from leasekeeper.backends.base import Backend, Handle, Message, Outcome
 from leasekeeper.config import LeaseConfig
-from leasekeeper.decorator import leased
-from leasekeeper.defaults import configure, default_manager, lease, shutdown
+from leasekeeper.defaults import configure, default_manager, lease, leased, shutdown
 from leasekeeper.errors import (
     BackendError,
     ConfigError,
@@ -18,8 +17,8 @@ from leasekeeper.errors import (
     LeaseTooShort,
     ManagerClosed,
 )
-from leasekeeper.lease import Lease, LeaseState
-from leasekeeper.manager import LeaseManager, LeaseScope, Stats
+from leasekeeper.lease import Lease, LeaseScope, LeaseState
+from leasekeeper.manager import LeaseManager, Stats
 from leasekeeper.worker import Worker, WorkerStats
 
 __version__ = "0.1.0"

@@ -11,13 +11,19 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar, overload
 
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import Clock
 from leasekeeper.config import LeaseConfig
+from leasekeeper.decorator import wrap_in_lease
 from leasekeeper.errors import LeaseError
-from leasekeeper.manager import LeaseManager, LeaseScope, OnLost
+from leasekeeper.lease import LeaseScope
+from leasekeeper.manager import LeaseManager, OnLost
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # Guards _managers and _settings.
 _defaults_lock = threading.Lock()
@@ -82,6 +88,49 @@ def lease(message: Message, *, release_delay: float | None = None) -> LeaseScope
             f"backend.adopt(raw)), got {type(message).__module__}.{type(message).__qualname__}"
         )
     return default_manager(message.backend).lease(message, release_delay=release_delay)
+
+
+@overload
+def leased(func: Callable[P, R], /) -> Callable[P, R]: ...
+
+
+@overload
+def leased(
+    func: None = None, /, *, manager: LeaseManager | None = None, release_delay: float | None = None
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+@overload
+def leased(
+    func: Callable[P, R] | None,
+    /,
+    *,
+    manager: LeaseManager | None = None,
+    release_delay: float | None = None,
+) -> Any: ...
+
+
+def leased(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    manager: LeaseManager | None = None,
+    release_delay: float | None = None,
+) -> Any:
+    """Wrap ``handler(message, ...)`` in a lease on ``message``.
+
+    ``@leased``, ``@leased(manager=m, release_delay=5)`` or ``@manager.leased``:
+    a normal return deletes the message, an exception releases it and propagates,
+    and a lease lost meanwhile raises ``LeaseLost`` (nothing deleted). Without a
+    manager, the per-process default manager of the message's backend is used.
+    """
+
+    def scope(message: Message) -> LeaseScope:
+        if manager is not None:
+            return manager.lease(message, release_delay=release_delay)
+        return lease(message, release_delay=release_delay)
+
+    return wrap_in_lease(func, scope)
 
 
 def shutdown(release: bool = True, timeout: float | None = None) -> None:

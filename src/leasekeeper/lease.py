@@ -1,95 +1,63 @@
-"""Lease and LeaseState: leasekeeper's record of one in-flight message.
+"""Lease, LeaseState and LeaseScope: what a handler holds while it works on a message.
 
 A lease is created by ``LeaseManager.register`` and ends in exactly one of four
 states. Its operations (extend, delete, release) never overlap: each holds the
-lease's ``_op_lock``, so a delete that arrives while an extend is in flight waits
-for it and then uses the receipt that extend returned.
+lease's op lock, so a delete that arrives while an extend is in flight waits for
+it and then uses the receipt that extend returned (rule 4 in docs/design.md).
+
+``Lease`` is a ``LeaseRecord`` (the renewal engine's view of the lease) plus the
+handler's API. Its ``complete``/``release`` go to its ``owner``: the manager's
+handler operations in thread mode, or whatever stands in for them elsewhere.
 """
 
 from __future__ import annotations
 
-import enum
+import logging
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
-from leasekeeper.backends.base import Handle, Message
-from leasekeeper.errors import LeaseLost
+from leasekeeper._record import LeaseRecord, LeaseState
+from leasekeeper.backends.base import Message
+from leasekeeper.clock import Clock
+from leasekeeper.errors import BackendError, LeaseLost
 
 if TYPE_CHECKING:
-    from leasekeeper.manager import LeaseManager
+    from types import TracebackType
+
+__all__ = ["Lease", "LeaseOwner", "LeaseScope", "LeaseState"]
+
+log = logging.getLogger("leasekeeper.manager")
 
 
-class LeaseState(str, enum.Enum):
-    ACTIVE = "active"  # being renewed
-    COMPLETED = "completed"  # deleted: the handler succeeded
-    RELEASED = "released"  # made visible again (handler failed, or close())
-    LOST = "lost"  # the service says the receipt is dead: someone else may have it
-    ABANDONED = "abandoned"  # renewing stopped: max_lease_duration or the service's cap
+class LeaseOwner(Protocol):
+    """Where a lease's own operations go (the manager's handler operations)."""
 
-    def __str__(self) -> str:
-        return self.value
+    @property
+    def clock(self) -> Clock: ...
 
+    def complete(self, lease: Lease) -> None: ...
 
-# Creating a threading.Event costs more memory than the rest of a lease (a Condition,
-# a Lock and a deque), and most leases never have theirs read. So ``Lease.lost`` is
-# created on first use; this lock makes "create it, and set it if the lease already
-# ended" atomic with respect to the manager setting it.
-_EVENT_LOCK = threading.Lock()
+    def release(self, lease: Lease, delay: float | None) -> None: ...
 
-_NOT_OURS = (LeaseState.LOST, LeaseState.ABANDONED)
-_new_tuple = tuple.__new__
+    def abandon(self, lease: Lease, reason: str) -> None: ...
 
 
-class Lease:
-    """One message's lease. Obtain it from ``LeaseManager.register`` or ``lease(msg)``."""
+class Lease(LeaseRecord):
+    """One message's lease. Obtain it from ``LeaseManager.register`` or ``lease(msg)``.
 
-    __slots__ = (
-        "__weakref__",
-        "_due",
-        "_event",
-        "_gen",
-        "_last_error",
-        "_manager",
-        "_op_lock",
-        "_receipt",
-        "_retries",
-        "_signalled",
-        "_state",
-        "_watch",
-        "extensions",
-        "message",
-        "reason",
-        "registered_at",
-        "visible_until",
-    )
+    Public API: ``message``, ``id``, ``state``, ``lost``, ``is_lost``, ``check()``,
+    ``complete()``, ``release(delay)``, ``extensions``, ``visible_until``,
+    ``visible_for()``, ``registered_at``, ``reason``. The other attributes are the
+    renewal engine's bookkeeping (see ``LeaseRecord``).
+    """
 
-    def __init__(self, message: Message, manager: LeaseManager, registered_at: float) -> None:
-        self.message = message
-        self._manager = manager
-        self._receipt = message.receipt
-        self.visible_until = message.visible_until
-        self.registered_at = registered_at
-        self._state = LeaseState.ACTIVE
-        self.extensions = 0
-        self.reason: str | None = None
-        self._event: threading.Event | None = None
-        # Set when the handler must stop: the lease was lost or abandoned, or close()
-        # released it under the handler's feet.
-        self._signalled = False
-        self._op_lock = threading.Lock()  # guards: one backend operation at a time
-        self._gen = 0  # heap entry generation; 0 = not scheduled
-        self._watch = 0  # deadline-watch entry while an extend call is out; 0 = none
-        self._due = 0.0
-        self._retries = 0
-        self._last_error = ""  # the detail of the latest transient extend failure
+    __slots__ = ("__weakref__",)
+    owner: LeaseOwner
 
     @property
     def id(self) -> str:
         return self.message.id
-
-    @property
-    def state(self) -> LeaseState:
-        return self._state
 
     @property
     def lost(self) -> threading.Event:
@@ -97,61 +65,98 @@ class Lease:
 
         That is: the lease was lost, abandoned, or released by ``close()``.
         """
-        with _EVENT_LOCK:
-            if self._event is None:
-                self._event = threading.Event()
-                if self._signalled:
-                    self._event.set()
-            return self._event
-
-    def _signal(self) -> None:
-        """Mark the lease as no longer ours and wake anyone waiting on ``lost``."""
-        with _EVENT_LOCK:
-            self._signalled = True
-            event = self._event
-        if event is not None:
-            event.set()
+        return self.stop_event()
 
     @property
     def is_lost(self) -> bool:
         """True when ``lost`` is set (without creating the event)."""
-        return self._signalled
+        return self.signalled
 
     def check(self) -> None:
         """Raise ``LeaseLost`` if the handler no longer owns the message.
 
         Call it between steps of a long job, before doing anything irreversible.
         """
-        if self._signalled:
-            raise LeaseLost(self.message.id, self.reason or str(self._state))
+        if self.signalled:
+            raise LeaseLost(self.message.id, self.reason or str(self.state))
 
     def complete(self) -> None:
         """Delete the message: processing succeeded. A second call does nothing.
 
-        Raises ``LeaseLost`` if the lease was lost (nothing is deleted), and
-        ``LeaseError`` if it was released.
+        Raises ``LeaseLost`` if the lease was lost - including when its deadline
+        passed without a successful extend on a service whose receipts do not
+        rotate (SQS): nothing is deleted then - and ``LeaseError`` if it was released.
         """
-        self._manager._complete(self)
+        self.owner.complete(self)
 
     def release(self, delay: float | None = None) -> None:
         """Make the message visible again after ``delay`` seconds (default: the
         manager's ``release_delay``, grown by ``release_backoff`` per receive).
 
-        Releasing a lease that already ended does nothing.
+        Releasing a lease that already ended does nothing; releasing one whose
+        deadline passed unextended on a service whose receipts do not rotate ends
+        it lost and raises ``LeaseLost``.
         """
-        self._manager._release(self, delay)
+        self.owner.release(self, delay)
 
     def visible_for(self) -> float:
         """Seconds the message is still known to stay invisible (0 when past)."""
-        return max(0.0, self.visible_until - self._manager.clock.now())
-
-    def _handle(self) -> Handle:
-        # tuple.__new__ skips NamedTuple's Python-level __new__: this is on the
-        # register/complete hot path.
-        return _new_tuple(Handle, (self.message.id, self._receipt))
+        return max(0.0, self.visible_until - self.owner.clock.now())
 
     def __repr__(self) -> str:
         return (
-            f"<Lease id={self.message.id!r} state={self._state.value} "
+            f"<Lease id={self.message.id!r} state={self.state.value} "
             f"extensions={self.extensions} visible_for={self.visible_for():.1f}s>"
         )
+
+
+class LeaseScope:
+    """``with manager.lease(msg) as lease:``: complete on success, release on error.
+
+    On normal exit the message is deleted; if the lease was lost meanwhile,
+    ``LeaseLost`` is raised instead and nothing is deleted. On an exception the
+    message is released (after ``release_delay``) and the exception propagates.
+    """
+
+    __slots__ = ("_delay", "_lease", "_message", "_register")
+
+    def __init__(
+        self,
+        register: Callable[[Message], Lease],
+        message: Message,
+        release_delay: float | None,
+    ) -> None:
+        self._register = register
+        self._message = message
+        self._delay = release_delay
+        self._lease: Lease | None = None
+
+    def __enter__(self) -> Lease:
+        self._lease = self._register(self._message)
+        return self._lease
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        lease = self._lease
+        assert lease is not None, "LeaseScope exited without entering"
+        if exc_type is None:
+            try:
+                lease.complete()
+            except BackendError:
+                # The handler succeeded but the delete keeps failing: stop renewing so
+                # the message comes back and is done again, rather than hide it for ever.
+                lease.owner.abandon(lease, "delete failed: left to lapse")
+                raise
+            return
+        try:
+            lease.release(self._delay)
+        except LeaseLost:
+            pass  # already reported as lost; the handler's own exception matters more
+        except Exception:
+            # The handler's own exception matters more; the lease is left to
+            # lapse, so the message still comes back.
+            log.exception("release of message %r after a handler error failed", lease.id)

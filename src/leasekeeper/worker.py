@@ -182,8 +182,11 @@ class Worker:
                 log.warning("receive failed (%s); retrying in %.1fs", type(exc).__name__, pause)
                 self._stop.wait(pause)
                 continue
-            for message in messages:
-                self._start_handler(pool, message)
+            # Lease the whole batch before the first handler starts: a handler that
+            # grabs the GIL at once would otherwise leave the rest of the batch
+            # unleased, burning invisibility until LeaseTooShort refused them.
+            for message, lease in self._register_all(messages):
+                self._start_handler(pool, message, lease)
             if messages:
                 idle_since = clock.now()
                 continue
@@ -194,18 +197,24 @@ class Worker:
             elif until_idle is not None and clock.now() - idle_since >= until_idle:
                 return
 
-    def _start_handler(self, pool: ThreadPoolExecutor, message: Message) -> None:
+    def _register_all(self, messages: list[Message]) -> list[tuple[Message, Lease]]:
+        """Register ``messages`` (at receipt, not when a thread frees up)."""
+        leased: list[tuple[Message, Lease]] = []
+        refused = 0
+        for message in messages:
+            try:
+                leased.append((message, self.manager.register(message)))
+            except LeaseTooShort as exc:
+                log.warning("%s; leaving it to reappear", exc)
+                refused += 1
+            except ManagerClosed:
+                break
         with self._slots:
-            self.stats.received += 1
-        try:
-            lease = self.manager.register(message)  # at receipt, not when a thread frees up
-        except LeaseTooShort as exc:
-            log.warning("%s; leaving it to reappear", exc)
-            with self._slots:
-                self.stats.refused += 1
-            return
-        except ManagerClosed:
-            return
+            self.stats.received += len(messages)
+            self.stats.refused += refused
+        return leased
+
+    def _start_handler(self, pool: ThreadPoolExecutor, message: Message, lease: Lease) -> None:
         with self._slots:
             self._running += 1
             self._active.add(lease)
@@ -253,5 +262,5 @@ class Worker:
         else:
             for lease in leftovers:
                 # Not the handler's own release: its lease.lost is set so it stops.
-                self.manager._release(lease, 0.0, stop_handler=True)
+                self.manager.revoke(lease)
         pool.shutdown(wait=False, cancel_futures=True)

@@ -274,7 +274,7 @@ def test_complete_waits_for_an_inflight_extend_and_uses_its_receipt(
     message = scripted.receive()[0]
     lease = manager.register(message)
     lock = SignallingLock()
-    lease._op_lock = lock  # type: ignore[assignment]
+    lease.op_lock = lock  # type: ignore[assignment]
     scripted.hold("extend")
     ticker = threading.Thread(target=clock.advance, args=(21,))
     ticker.start()
@@ -456,7 +456,7 @@ def test_a_message_received_again_supersedes_its_old_lease(
     queue.send("job")
     manager = make_manager(queue)
     old = manager.register(queue.receive()[0])
-    queue.release([old._handle()], 0)  # made visible behind the manager's back
+    queue.release([old.handle()], 0)  # made visible behind the manager's back
     again = queue.receive()[0]
     new = manager.register(again)
     assert new is not old
@@ -565,7 +565,7 @@ def test_receipts_never_reach_reprs_logs_or_errors(
     leases = [manager.register(m) for m in messages]
     receipts = {m.receipt for m in messages}
     clock.advance(21)
-    receipts |= {lease._receipt for lease in leases}
+    receipts |= {lease.receipt for lease in leases}
     scripted.script("extend", Outcome("retry", detail="Throttled"), Outcome("lost"))
     clock.advance(40)
     texts = [caplog.text, repr(manager), repr(manager.stats())]
@@ -575,7 +575,7 @@ def test_receipts_never_reach_reprs_logs_or_errors(
             lease.complete()
         except LeaseError as exc:
             texts.append(str(exc))
-    texts.append(repr(scripted.inner.extend([leases[0]._handle()], 1)))
+    texts.append(repr(scripted.inner.extend([leases[0].handle()], 1)))
     blob = "\n".join(texts)
     assert "lost" in blob  # the scenario did produce log lines and errors
     for receipt in receipts:
@@ -594,20 +594,14 @@ def test_close_releases_in_parallel_on_a_backend_without_batches() -> None:
     manager = LeaseManager(slow, visibility_timeout=30, max_concurrency=16)
     leases = [manager.register(m) for m in receive_all(slow, 40)]
     original = queue.release
+    threads_seen: set[str] = set()
 
     def slow_release(handles: Any, delay: float) -> Any:
+        threads_seen.add(threading.current_thread().name)
         time.sleep(0.05)
         return original(handles, delay)
 
     queue.release = slow_release  # type: ignore[method-assign]
-    threads_seen: set[str] = set()
-    real_call = manager._call
-
-    def spy(*args: Any) -> Any:
-        threads_seen.add(threading.current_thread().name)
-        return real_call(*args)
-
-    manager._call = spy  # type: ignore[method-assign]
     manager.close()
     assert all(lease.state is LeaseState.RELEASED for lease in leases)
     assert queue.visible_count() == 40

@@ -398,8 +398,8 @@ def test_adopt_a_message_received_with_the_sdk(backend: MNSBackend, mns_queue: A
     assert shorter.visible_until <= shorter.received_at + 5
     with LeaseManager(backend, visibility_timeout=30) as manager:
         lease = manager.register(backend.adopt(raw))
-        assert backend.extend([lease._handle()], 30)[0].kind == "ok"  # what the scheduler does
-        assert backend.extend([lease._handle()], 30)[0].kind == "lost"  # the rotated-out one
+        assert backend.extend([lease.handle()], 30)[0].kind == "ok"  # what the scheduler does
+        assert backend.extend([lease.handle()], 30)[0].kind == "lost"  # the rotated-out one
 
 
 def test_adopt_refuses_what_cannot_be_leased(backend: MNSBackend) -> None:

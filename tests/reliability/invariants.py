@@ -484,5 +484,5 @@ def wait_gone(threads: Iterable[threading.Thread], timeout: float) -> list[str]:
 
 def scheduler_alive(manager: LeaseManager) -> bool:
     """Invariant 4: a running manager on a real clock still has its scheduler thread."""
-    thread = manager._thread
-    return manager.closed or thread is None or thread.is_alive()
+    never_started = manager.stats().registered == 0
+    return manager.closed or never_started or manager.running

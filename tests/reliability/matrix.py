@@ -177,9 +177,9 @@ def run_case(case: Case, *, max_hours: float = 24.0) -> Run:
             timer_interval=TICK,
             minimal_life=2.0,
             on_lost=checker.on_lost,
+            jitter_seed=case.seed,  # the retry jitter: a run is reproducible
         )
     )
-    manager._rng.seed(case.seed)  # the retry jitter: a run is reproducible
     sent = [queue.send(f"job {i}") for i in range(case.messages)]
     ours: set[str] = set()  # ids our consumer ever received
     jobs: list[Job] = []

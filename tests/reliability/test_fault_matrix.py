@@ -120,7 +120,7 @@ def test_regression_base_exception_from_extend_drops_leases_silently() -> None:
     clock = ManualClock()
     queue, faulty, manager = make(clock)
     spy_reports: list[str] = []
-    manager._on_lost = lambda lease, reason: spy_reports.append(reason)
+    manager.on_lost = lambda lease, reason: spy_reports.append(reason)
     queue.send("job")
     lease = manager.register(faulty.receive()[0])
     faulty.script("extend", asyncio.CancelledError())
@@ -155,8 +155,7 @@ def _outage(retries: int) -> tuple[LeaseManager, Lease, QueueSpy, FaultyBackend]
     queue = MemoryQueue(30, clock=clock)
     spy = QueueSpy(queue)
     faulty = FaultyBackend(spy, seed=3, clock=clock)
-    manager = LeaseManager(faulty, clock=clock, visibility_timeout=30)
-    manager._rng.seed(3)
+    manager = LeaseManager(faulty, clock=clock, visibility_timeout=30, jitter_seed=3)
     queue.send("job")
     lease = manager.register(faulty.receive()[0])
     faulty.script("extend", *["retry"] * retries)

@@ -166,9 +166,9 @@ class LeaseMachine(RuleBasedStateMachine):
                 timer_interval=TICK,
                 minimal_life=MIN_LIFE,
                 max_lease_duration=max_lease,
+                jitter_seed=0,
             )
         )
-        self.manager._rng.seed(0)
 
     # ------------------------------------------------------------------ helpers
 
@@ -183,7 +183,7 @@ class LeaseMachine(RuleBasedStateMachine):
     def current(self, lease: Lease) -> bool:
         """Would the queue accept this lease's receipt now?"""
         record = self.spy.record(lease.id)
-        return record is not None and record.receipt == lease._receipt
+        return record is not None and record.receipt == lease.receipt
 
     def visible_in_queue(self) -> set[str]:
         # Not queue.visible_count(): it also counts messages that left the ready
@@ -296,7 +296,7 @@ class LeaseMachine(RuleBasedStateMachine):
     def complete(self, index: int, plan: str) -> None:
         lease = self.lease_at(index)
         state = lease.state
-        sends = state is LeaseState.ACTIVE or (
+        sends = (state is LeaseState.ACTIVE and not self.lapsed_unprovable(lease)) or (
             state is LeaseState.ABANDONED and self.clock.now() < lease.visible_until
         )
         calls = self.spy.calls["delete"]
@@ -316,6 +316,15 @@ class LeaseMachine(RuleBasedStateMachine):
         if not sends:
             assert self.spy.calls["delete"] == calls, "a finished lease called the queue"
         self.sync()
+
+    def lapsed_unprovable(self, lease: Lease) -> bool:
+        """An active lease whose deadline passed on a queue whose receipts do not
+        rotate: a delete or release would prove nothing (rule 5), so it ends lost."""
+        return (
+            lease.state is LeaseState.ACTIVE
+            and self.clock.now() >= lease.visible_until
+            and not self.queue.rotates_receipts
+        )
 
     def abandoned_but_invisible(self) -> list[int]:
         now = self.clock.now()
@@ -362,6 +371,8 @@ class LeaseMachine(RuleBasedStateMachine):
             state is LeaseState.ABANDONED and now >= lease.visible_until
         ):
             return LeaseLost, state
+        if self.lapsed_unprovable(lease):
+            return LeaseLost, LeaseState.LOST  # rule 5: nothing is sent
         # Active, or abandoned while still invisible: the delete is sent.
         lost = LeaseState.LOST if state is LeaseState.ACTIVE else state
         if plan in ("lost", "stale"):
@@ -388,10 +399,14 @@ class LeaseMachine(RuleBasedStateMachine):
         calls = self.spy.calls["release"]
         applied = len(self.spy.applied)
         current = self.current(lease)
+        lapsed = self.lapsed_unprovable(lease)
         self.faulty.script("release", *OP_PLANS[plan])
         try:
             if state is LeaseState.COMPLETED:
                 with pytest.raises(LeaseError, match="completed"):
+                    lease.release(delay)
+            elif lapsed:
+                with pytest.raises(LeaseLost, match="lapsed"):
                     lease.release(delay)
             else:
                 lease.release(delay)
@@ -399,8 +414,8 @@ class LeaseMachine(RuleBasedStateMachine):
             self.faulty.clear_script("release")
         accepted = [(a.operation, a.arg) for a in self.spy.applied[applied:]]
         self.sync()
-        if state is not LeaseState.ACTIVE:
-            assert lease.state is state
+        if state is not LeaseState.ACTIVE or lapsed:
+            assert lease.state is (LeaseState.LOST if lapsed else state)
             assert self.spy.calls["release"] == calls, "a finished lease called the queue"
             return
         if plan in ("lost", "stale"):
@@ -512,6 +527,11 @@ class LeaseMachine(RuleBasedStateMachine):
             return any(e.kind == "capped" for e in events)
         if reason.startswith("no successful extend"):
             return any(e.kind in TRANSIENT for e in events) and math.isfinite(lease.visible_until)
+        if reason.startswith("lapsed"):
+            # Rule 5: the deadline passed with no extend sent in time, on a queue whose
+            # receipts do not rotate. On a ManualClock only a stopped scheduler, a
+            # call's latency or a hang makes an extend late.
+            return not self.queue.rotates_receipts and self.clock.now() >= lease.visible_until
         if reason.startswith("max_lease_duration"):
             limit = self.manager.config.max_lease_duration
             return limit is not None and self.clock.now() >= lease.registered_at + limit

@@ -110,7 +110,7 @@ def test_no_receipt_in_logs_reprs_or_errors_under_every_fault(
     texts += [repr(list(faulty.events)), repr(faulty.counts), repr(faulty.faults("extend"))]
     for lease, message in zip(leases, messages, strict=False):
         texts += [repr(lease), str(lease.reason), repr(message), repr(message.raw)]
-        texts += [repr(message.handle), repr(lease._handle())]
+        texts += [repr(message.handle), repr(lease.handle())]
     texts.append(repr(queue.extend([messages[0].handle], 5)))
     texts.append(repr(Outcome("ok", receipt="rcpt-visible-in-tests-only")))
     assert_no_receipt(spy.receipts, texts)

@@ -73,11 +73,11 @@ class Message:
 
     __slots__ = (
         "__weakref__",
-        "_lease_ref",
         "_receipt",
         "backend",
         "body",
         "deadline_hint",
+        "ended_lease",
         "hard_deadline",
         "id",
         "raw",
@@ -102,7 +102,9 @@ class Message:
     ) -> None:
         self.id = id
         self.body = body
-        self._lease_ref: Callable[[], Any] | None = None  # set when its lease ends
+        # A weak reference to its lease once that ended, set by the renewal engine:
+        # registering this very message again returns that lease, not a second one.
+        self.ended_lease: Callable[[], Any] | None = None
         self._receipt = receipt
         self.backend = backend
         self.received_at = received_at

@@ -26,6 +26,9 @@ from typing import Any, NamedTuple
 from leasekeeper.backends.base import OK, Handle, Message, Outcome
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
 
+_NOT_EXIST = Outcome("lost", detail="MessageNotExist")
+_STALE = Outcome("lost", detail="ReceiptHandleError")
+
 
 class MemoryRecord(NamedTuple):
     """What ``MemoryQueue.receive`` puts in ``Message.raw``: the queue's "native"
@@ -102,8 +105,9 @@ class MemoryQueue:
         self.visibility_cap = visibility_cap
         self.name = name
         self._driven = isinstance(self.clock, DrivenClock)
-        # Guards every record and index below; receivers long-poll on it.
-        self._lock = threading.Condition()
+        # Guards every record and index below; receivers long-poll on the condition.
+        self._mutex = threading.RLock()
+        self._lock = threading.Condition(self._mutex)
         self._records: dict[str, _Stored] = {}
         self._ready: deque[_Stored] = deque()  # visible, in arrival order
         self._hidden: list[tuple[float, int, int, _Stored]] = []  # (visible_at, seq, version, rec)
@@ -188,9 +192,9 @@ class MemoryQueue:
     def _check(self, handle: Handle) -> _Stored | Outcome:
         record = self._records.get(handle.message_id)
         if record is None:
-            return Outcome("lost", detail="MessageNotExist")
+            return _NOT_EXIST
         if handle.receipt != record.receipt:
-            return Outcome("lost", detail="ReceiptHandleError")
+            return _STALE
         return record
 
     # ------------------------------------------------------------------ Backend API
@@ -283,20 +287,30 @@ class MemoryQueue:
             return out
 
     def delete(self, handles: Sequence[Handle]) -> list[Outcome]:
-        with self._lock:
-            self._check_batch("delete", handles)
+        # Without the Condition's Python-level __enter__: a delete never waits, and it
+        # is on every handler's hot path (register + complete).
+        with self._mutex:
+            if len(handles) != 1:  # one entry, the hot path's case, needs no check
+                self._check_batch("delete", handles)
+            else:
+                self.calls["delete"] += 1
+                self.entries["delete"] += 1
+            records = self._records
             out: list[Outcome] = []
-            for handle in handles:
-                found = self._check(handle)
-                if isinstance(found, Outcome):
-                    out.append(found)
+            for message_id, receipt in handles:
+                found = records.get(message_id)
+                if found is None:
+                    out.append(_NOT_EXIST)
                     continue
-                del self._records[found.id]
+                if receipt != found.receipt:
+                    out.append(_STALE)
+                    continue
+                del records[message_id]
                 found.version += 1
                 found.in_ready = False
                 self.deleted_count += 1
                 if self.history:
-                    self.deleted_ids.append(found.id)
+                    self.deleted_ids.append(message_id)
                 out.append(OK)
             return out
 

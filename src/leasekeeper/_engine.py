@@ -1,0 +1,337 @@
+"""The renewal engine: registry, extend pipeline, outcome handling and retry policy.
+
+``RenewalEngine`` keeps registered leases invisible. It owns the scheduling
+state (``_schedule.Schedule``) under one lock, decides when and for how long to
+extend, sends the extends through a ``Dispatcher`` (a scheduler thread and a
+bounded pool of dispatch threads, or inline on a driven clock), applies every
+outcome, and ends leases that are lost, capped or abandoned. The handler's own
+operations (complete, release) are ``_handler_ops.HandlerOps``, which works through
+the engine's named methods (``end``, ``reschedule``, ``drain``).
+
+The engine talks to leases only through ``LeaseRecord``'s public fields and to its
+owner only through ``on_lost``, so the same engine can run in another process with
+records of its own (the out-of-process renewer).
+
+Rules it relies on are numbered as in docs/design.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+
+from leasekeeper._dispatch import Dispatcher
+from leasekeeper._extend import Extender
+from leasekeeper._metrics import Metrics, Stats, log_lapses
+from leasekeeper._record import LeaseRecord, LeaseState
+from leasekeeper._schedule import Lane, Schedule
+from leasekeeper.backends.base import Backend, Message
+from leasekeeper.clock import Clock, now_function
+from leasekeeper.config import LeaseConfig
+from leasekeeper.errors import LeaseTooShort, ManagerClosed
+
+log = logging.getLogger("leasekeeper.manager")
+
+
+_ACTIVE = LeaseState.ACTIVE
+_COMPLETED = LeaseState.COMPLETED
+
+
+def check_backend(backend: object, config: LeaseConfig) -> None:
+    """Raise TypeError/ConfigError unless ``backend`` can carry leases of ``config``."""
+    if not isinstance(backend, Backend):
+        raise TypeError(
+            f"{type(backend).__qualname__} is not a leasekeeper backend "
+            "(it needs receive, adopt, extend, delete, release, max_batch, "
+            "max_visibility and rotates_receipts)"
+        )
+    batch, limit = backend.max_batch, backend.max_visibility
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise TypeError(f"{backend!r}.max_batch must be an integer >= 1, got {batch!r}")
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, (int, float))
+        or not (math.isfinite(limit) and limit > 0)
+    ):
+        raise TypeError(f"{backend!r}.max_visibility must be seconds > 0, got {limit!r}")
+    config.check_backend(backend, limit)
+
+
+class RenewalEngine:
+    """Keeps registered leases invisible until they end. See the module docstring.
+
+    ``on_lost(record, reason)`` is called, on a leasekeeper thread and outside every
+    lock, for each lease that is lost or abandoned.
+    """
+
+    def __init__(
+        self,
+        config: LeaseConfig,
+        clock: Clock,
+        *,
+        on_lost: Callable[[LeaseRecord, str], object] | None = None,
+        rng: random.Random | None = None,
+        executor: Executor | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.metrics = Metrics()
+        self.threshold = config.threshold
+        self.on_lost = on_lost
+        self._now = now_function(clock)
+        self._minimal_life = config.minimal_life
+        self._max_lease = config.max_lease_duration
+        # Guards the schedule, the lifecycle flags and the metrics' counters.
+        self.registry_lock = threading.Lock()
+        self.schedule = Schedule(fill_window=min(config.timer_interval, self.threshold / 2))
+        self.dispatcher = Dispatcher(
+            self,
+            self.registry_lock,
+            tick=config.timer_interval,
+            workers=config.max_concurrency,
+            executor=executor,
+        )
+        self.rng = rng if rng is not None else random.Random()
+        self.extender = Extender(self)
+        # Leases that ended and whose handler/callback have not been told yet: told
+        # outside every lock, because on_lost may call back into the manager.
+        self.pending: deque[LeaseRecord] = deque()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def closed(self) -> bool:
+        return self.dispatcher.closed
+
+    @property
+    def started(self) -> bool:
+        return self.dispatcher.started
+
+    def start(self) -> None:
+        with self.registry_lock:
+            if self.dispatcher.closed:
+                raise ManagerClosed("this LeaseManager is closed")
+            self.dispatcher.start_locked()
+
+    # ------------------------------------------------------------------ registry
+
+    def register(
+        self, message: Message, make: Callable[[Message, float], LeaseRecord]
+    ) -> LeaseRecord:
+        """Start renewing ``message``: the record ``make(message, now)`` builds, or the
+        lease this engine already holds on that message.
+
+        This is half of the register/complete hot path: one lock, no scan.
+        """
+        visible_until = message.visible_until
+        if not -math.inf < visible_until < math.inf:  # NaN fails too
+            raise ValueError(
+                f"message {message.id!r} has no finite deadline ({visible_until!r}): "
+                "give it a finite visibility_timeout"
+            )
+        now = self._now()
+        backend = message.backend
+        superseded: LeaseRecord | None = None
+        with self.registry_lock:
+            dispatcher = self.dispatcher
+            if dispatcher.closed:
+                raise ManagerClosed("this LeaseManager is closed; it takes no new leases")
+            lane = self.schedule.lanes.get(id(backend))
+            if lane is None:
+                check_backend(backend, self.config)
+                lane = self.schedule.add_lane(backend)
+            existing = lane.leases.get(message.id)
+            if existing is not None:
+                if existing.message is message or existing.receipt == message.receipt:
+                    return existing
+                # The message was received again with a new receipt while we still
+                # held a lease on it: that lease lapsed and is not ours any more.
+                superseded = existing
+            if visible_until - now < self._minimal_life:
+                raise LeaseTooShort(message.id, visible_until - now, self._minimal_life)
+            if superseded is not None:
+                self.end_locked(
+                    superseded, LeaseState.LOST, "the message was received again elsewhere"
+                )
+            record = make(message, now)
+            due = visible_until - self.threshold
+            if self._max_lease is not None:
+                due = min(due, now + self._max_lease)
+            self.schedule.add(lane, record, due)
+            self.metrics.registered += 1
+            if due < dispatcher.next_wake:
+                dispatcher.wake_locked()
+            if not dispatcher.started:
+                dispatcher.start_locked()
+        if superseded is not None:
+            self.drain()
+        return record
+
+    def get(self, message: Message) -> LeaseRecord | None:
+        with self.registry_lock:
+            lane = self.schedule.lane(message.backend)
+            return None if lane is None else lane.leases.get(message.id)
+
+    def records(self) -> list[LeaseRecord]:
+        with self.registry_lock:
+            return list(self.schedule.records())
+
+    def count(self) -> int:
+        with self.registry_lock:
+            return self.schedule.count()
+
+    def stats(self) -> Stats:
+        with self.registry_lock:
+            return self.metrics.snapshot(self.schedule.count())
+
+    def count_scheduler_error(self) -> None:
+        with self.registry_lock:
+            self.metrics.scheduler_errors += 1
+
+    # ------------------------------------------------------------------ scheduling
+
+    def natural_due(self, record: LeaseRecord) -> float:
+        """When ``record`` is next due: ``extend_threshold`` before its deadline, or at
+        ``max_lease_duration`` so that abandonment is reported on time."""
+        due = record.visible_until - self.threshold
+        limit = self.config.max_lease_duration
+        if limit is not None:
+            due = min(due, record.registered_at + limit)
+        return due
+
+    def reschedule(self, record: LeaseRecord, due: float | None = None) -> None:
+        """Schedule an active lease again (at its natural due time by default)."""
+        with self.registry_lock:
+            if record.state is not _ACTIVE or self.dispatcher.closed:
+                return
+            lane = self.schedule.lane(record.message.backend)
+            if lane is None:
+                return
+            at = self.natural_due(record) if due is None else due
+            self.schedule.push(lane, record, at)
+            if at < self.dispatcher.next_wake:
+                self.dispatcher.wake_locked()
+
+    def collect_locked(self, now: float) -> list[tuple[Lane, list[LeaseRecord]]]:
+        """Pop what is due (under the registry lock); end leases whose deadline
+        passed while their extend call was out."""
+        due = self.schedule.collect(now)
+        for _lane, record in due.expired:
+            # Rule 5: the deadline passed and the extend has not come back (a hung or
+            # starved call): another consumer may have the message now.
+            self.end_locked(
+                record,
+                LeaseState.LOST,
+                "the extend call had not returned by the deadline",
+            )
+        if due.worst_lag >= 0:
+            self.metrics.scheduler_lag.append(due.worst_lag)
+        return due.work
+
+    def next_due_locked(self) -> float | None:
+        return self.schedule.next_due()
+
+    # ------------------------------------------------------------------ extending
+
+    def extend_batch(self, lane: Lane, records: Sequence[LeaseRecord]) -> None:
+        """Extend one chunk of due leases (runs on a dispatch thread)."""
+        self.extender.extend_batch(lane, records)
+
+    def count_lapses(self, records: Sequence[LeaseRecord], now: float) -> None:
+        """Count (and log, rate-limited) leases whose deadline passed unextended."""
+        with self.registry_lock:
+            shown, suppressed = self.metrics.count_lapses([r.message.id for r in records], now)
+        late = {r.message.id: now - r.visible_until for r in records}
+        log_lapses([(mid, late[mid]) for mid in shown], suppressed)
+
+    # ------------------------------------------------------------------ ending
+
+    def end_completed(self, record: LeaseRecord) -> None:
+        """``end(record, COMPLETED, "completed")``, on the register/complete hot path."""
+        with self.registry_lock:
+            current = record.state
+            if current is not _ACTIVE and current is not LeaseState.ABANDONED:
+                return
+            record.state = _COMPLETED
+            record.reason = "completed"
+            message = record.message
+            message.ended_lease = weakref.ref(record)
+            lane = self.schedule.lanes.get(id(message.backend))
+            if lane is not None:
+                self.schedule.remove(lane, record)
+            self.metrics.completed += 1
+
+    def end(
+        self, record: LeaseRecord, state: LeaseState, reason: str, *, stop_handler: bool = False
+    ) -> None:
+        with self.registry_lock:
+            self.end_locked(record, state, reason, stop_handler=stop_handler)
+
+    def end_locked(
+        self, record: LeaseRecord, state: LeaseState, reason: str, *, stop_handler: bool = False
+    ) -> None:
+        """End an active lease (under the registry lock). Lost and abandoned leases
+        are always signalled and reported; a released one is signalled only when
+        ``stop_handler`` says the release was not its handler's own doing."""
+        current = record.state
+        if current is not _ACTIVE and not (
+            # An abandoned lease whose message is still invisible may yet be deleted.
+            current is LeaseState.ABANDONED and state is _COMPLETED
+        ):
+            return
+        record.state = state
+        record.reason = reason
+        message = record.message
+        # register(message) of this very message returns this lease, not a second one.
+        message.ended_lease = weakref.ref(record)
+        lane = self.schedule.lanes.get(id(message.backend))
+        if lane is not None:
+            self.schedule.remove(lane, record)
+        metrics = self.metrics
+        if state is _COMPLETED:
+            metrics.completed += 1
+            return
+        if state is LeaseState.RELEASED:
+            metrics.released += 1
+            if stop_handler:
+                self.pending.append(record)
+            return
+        if state is LeaseState.LOST:
+            metrics.lost += 1
+        else:
+            metrics.abandoned += 1
+            metrics.capped += reason.startswith("capped")
+        self.pending.append(record)
+
+    def drain(self) -> None:
+        """Signal and report ended leases outside every lock (callbacks may re-enter)."""
+        pending = self.pending
+        while pending:  # checked first: the common case is nothing to report
+            try:
+                record = pending.popleft()
+            except IndexError:  # another thread took the last one
+                break
+            self._notify(record)
+
+    def _notify(self, record: LeaseRecord) -> None:
+        # The handler hears first (lease.lost), so it can stop as early as possible;
+        # on_lost runs after, on this same leasekeeper thread.
+        record.signal()
+        if record.state is LeaseState.RELEASED:
+            return
+        log.warning(
+            "lease on message %r %s: %s", record.message.id, record.state.value, record.reason
+        )
+        if self.on_lost is not None:
+            try:
+                self.on_lost(record, record.reason or record.state.value)
+            except Exception:
+                with self.registry_lock:
+                    self.metrics.callback_errors += 1
+                log.exception("on_lost callback raised for message %r", record.message.id)

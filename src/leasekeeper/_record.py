@@ -1,0 +1,116 @@
+"""LeaseState and LeaseRecord: what the renewal engine knows of one lease.
+
+A ``LeaseRecord`` is plain data with public attribute names, so the scheduling
+state (``_schedule``), the renewal engine (``_engine``) and the user-facing
+``Lease`` (a subclass) share one object per lease without reaching into each
+other's private names. Users hold ``Lease``; the attributes defined here beyond
+those ``Lease`` documents are leasekeeper's bookkeeping, not API.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from typing import Any
+
+from leasekeeper.backends.base import Handle, Message
+
+_new_tuple = tuple.__new__
+
+# Creating a threading.Event costs more memory than the rest of a lease (a Condition,
+# a Lock and a deque), and most leases never have theirs read. So the event is
+# created on first use; this lock makes "create it, and set it if the lease already
+# ended" atomic with respect to the engine signalling it.
+_EVENT_LOCK = threading.Lock()
+
+
+class LeaseState(str, enum.Enum):
+    ACTIVE = "active"  # being renewed
+    COMPLETED = "completed"  # deleted: the handler succeeded
+    RELEASED = "released"  # made visible again (handler failed, or close())
+    LOST = "lost"  # the service says the receipt is dead, or the deadline passed
+    ABANDONED = "abandoned"  # renewing stopped: max_lease_duration or the service's cap
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class LeaseRecord:
+    """One lease's renewal state. Fields (times on the engine's monotonic clock):
+
+    message        the Message, as received
+    receipt        its newest receipt (a secret: never logged)
+    visible_until  the local deadline (rule 1: counted from just before the send)
+    registered_at  when it was registered (for max_lease_duration)
+    state, reason  where it is in its life, and why it ended
+    extensions     successful extends
+    gen            generation of its live heap entry; 0 = not scheduled
+    due            when its live heap entry is due
+    watch          generation of its deadline watch while an extend is out; 0 = none
+    retries        transient failures since the last successful extend
+    last_error     the detail of the latest of those
+    op_lock        held by whichever operation (extend, delete, release) runs now
+    signalled      the handler has been told to stop (``Lease.lost`` is set)
+    event          that ``threading.Event``, created on first use
+    owner          where the lease's own complete/release go (a ``LeaseOwner``)
+    """
+
+    __slots__ = (
+        "due",
+        "event",
+        "extensions",
+        "gen",
+        "last_error",
+        "message",
+        "op_lock",
+        "owner",
+        "reason",
+        "receipt",
+        "registered_at",
+        "retries",
+        "signalled",
+        "state",
+        "visible_until",
+        "watch",
+    )
+
+    def __init__(self, message: Message, registered_at: float, owner: Any) -> None:
+        self.message = message
+        self.owner = owner
+        self.receipt = message.receipt
+        self.visible_until = message.visible_until
+        self.registered_at = registered_at
+        self.state = LeaseState.ACTIVE
+        self.reason: str | None = None
+        self.extensions = 0
+        self.gen = 0
+        self.due = 0.0
+        self.watch = 0
+        self.retries = 0
+        self.last_error = ""
+        self.op_lock = threading.Lock()
+        self.signalled = False
+        self.event: threading.Event | None = None
+
+    def handle(self) -> Handle:
+        """The message id and newest receipt, for a backend call."""
+        # tuple.__new__ skips NamedTuple's Python-level __new__: this is on the
+        # register/complete hot path.
+        return _new_tuple(Handle, (self.message.id, self.receipt))
+
+    def stop_event(self) -> threading.Event:
+        """The event set when the handler must stop (created on first use)."""
+        with _EVENT_LOCK:
+            if self.event is None:
+                self.event = threading.Event()
+                if self.signalled:
+                    self.event.set()
+            return self.event
+
+    def signal(self) -> None:
+        """Tell the handler to stop: mark the record and wake anyone waiting."""
+        with _EVENT_LOCK:
+            self.signalled = True
+            event = self.event
+        if event is not None:
+            event.set()

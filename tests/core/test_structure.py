@@ -1,0 +1,123 @@
+"""The shape of the code: no import cycles (lazy imports included), no huge classes,
+no module importing another's underscored names, a design doc that stands alone."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "leasekeeper"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+MAX_CLASS_LINES = 400
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (never run)."""
+    out: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and ast.unparse(child.test) == "TYPE_CHECKING":
+                todo.extend(child.orelse)
+                continue
+            todo.append(child)
+    return out
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every leasekeeper module ``name`` imports when it runs: at top level or inside
+    a function (a lazy import is still an import)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in runtime_nodes(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        for target in targets:
+            # "from leasekeeper.x import y": y may be a module or a name in x.
+            module = target
+            while module and module not in known:
+                module = module.rpartition(".")[0]
+            if module and module != name and not module.startswith(name + "."):
+                out.add(module)
+    return out
+
+
+def test_no_import_cycles_lazy_imports_included() -> None:
+    found = modules()
+    graph = {name: imports_of(name, path, set(found)) for name, path in found.items()}
+    # A package's __init__ importing its submodules is not a cycle of theirs.
+    for name, targets in graph.items():
+        graph[name] = {t for t in targets if not name.startswith(t + ".")}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == [], "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_class_is_longer_than_about_400_lines() -> None:
+    long = []
+    for name, path in modules().items():
+        if name.startswith("leasekeeper.testing"):
+            continue  # test tools (the local MNS server) are not the library's core
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                assert node.end_lineno is not None
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_CLASS_LINES:
+                    long.append(f"{name}.{node.name}: {length} lines")
+    assert long == []
+
+
+def test_no_module_imports_another_modules_underscored_names() -> None:
+    offenders = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("leasekeeper"):
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        offenders.append(f"{name}: from {node.module} import {alias.name}")
+    assert offenders == []
+
+
+def test_design_doc_stands_alone() -> None:
+    text = (DOCS / "design.md").read_text()
+    # Links and paths must stay inside the repository: no ../ and no absolute paths.
+    targets = re.findall(r"\]\(([^)]+)\)", text) + re.findall(r"`([^`\s]*\.md)`", text)
+    outside = [t for t in targets if t.startswith(("../", "/")) or "shared/" in t]
+    assert outside == []
+    assert "DESIGN.md" not in text
+    for n in range(1, 9):
+        assert re.search(rf"^{n}\. \*\*", text, re.MULTILINE), f"rule {n} is not stated"
