@@ -17,6 +17,7 @@ from leasekeeper.errors import (
     LeaseLost,
     LeaseTooShort,
     ManagerClosed,
+    ReceiveError,
 )
 from leasekeeper.lease import Lease, LeaseState
 from leasekeeper.manager import LeaseManager, LeaseScope, Stats
@@ -40,6 +41,7 @@ __all__ = [
     "ManagerClosed",
     "Message",
     "Outcome",
+    "ReceiveError",
     "Stats",
     "Worker",
     "WorkerStats",
