@@ -245,7 +245,7 @@ def test_a_lease_through_a_wrapper_and_the_manager(subject: Subject) -> None:
     wrapper = ForwardingBackend(inner)
     for name in ("max_batch", "max_visibility", "rotates_receipts"):
         assert getattr(wrapper, name) == getattr(inner, name)
-    for name in ("max_receive", "max_wait_seconds"):
+    for name in ("max_receive", "max_wait_seconds", "clock"):
         assert getattr(wrapper, name, None) == getattr(inner, name, None)
     subject.send("job")
     [message] = receive_n(subject, 1, backend=wrapper)

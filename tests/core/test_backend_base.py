@@ -327,6 +327,7 @@ def test_forwarding_backend_copies_what_the_inner_backend_has(clock: ManualClock
     )
     # MemoryQueue sets no receive limits: neither does its wrapper
     assert not hasattr(wrapper, "max_receive") and not hasattr(wrapper, "max_wait_seconds")
+    assert wrapper.clock is clock
     over_cloud = ForwardingBackend(_Cloud())
     assert (over_cloud.max_receive, over_cloud.max_wait_seconds) == (5, 20.0)
     twice = ForwardingBackend(over_cloud)  # wrappers stack

@@ -47,6 +47,7 @@ from typing import (
     Literal,
     NamedTuple,
     Protocol,
+    TypeGuard,
     TypeVar,
     runtime_checkable,
 )
@@ -245,8 +246,9 @@ def redact(text: str, secrets: Iterable[str] = (), patterns: Redactions = ()) ->
 # ---------------------------------------------------------------------- seconds
 
 # Float noise ignored when rounding to whole seconds: 2.0000000001 s is 2 s. The
-# service starts counting when the request arrives, at least a network round trip
-# after the local deadline's start, so 1e-9 s less than asked is still on the safe side.
+# service starts counting when the request reaches it, later than the moment the
+# local deadline counts from by at least the request's transit, so 1e-9 s less
+# than asked is still on the safe side.
 _NOISE = 1e-9
 
 
@@ -264,7 +266,7 @@ def whole_seconds(seconds: float, *, up: bool) -> int:
     return value if value > 0 else 0
 
 
-def is_seconds(value: object) -> bool:
+def is_seconds(value: object) -> TypeGuard[float]:
     """True for a finite int or float (bool is not a number of seconds)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -283,12 +285,7 @@ def check_count(name: str, value: object, limit: int) -> int:
 def check_seconds(name: str, value: object, *, low: float = 0.0, high: float = math.inf) -> float:
     """``value`` as a float if it is a finite number of seconds in ``low..high``,
     else ValueError naming ``name``, the range and the value."""
-    if (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and low <= value <= high
-    ):
+    if is_seconds(value) and low <= value <= high:
         return float(value)
     upper = "" if high == math.inf else f" and <= {high:g}"
     raise ValueError(f"{name} must be a number of seconds >= {low:g}{upper}, got {value!r}")
@@ -672,8 +669,8 @@ class ForwardingBackend:
 
     - ``ForwardingBackend(inner)``: ``self.inner`` is the wrapped backend. Its
       ``max_batch``, ``max_visibility`` and ``rotates_receipts``, and
-      ``max_receive`` and ``max_wait_seconds`` when it has them, are copied at
-      construction (they are constants of a backend).
+      ``max_receive``, ``max_wait_seconds`` and ``clock`` when it has them, are
+      copied at construction (they are constants of a backend).
     - Every message ``receive`` and ``adopt`` hand out passes through
       ``wrap(message)``, which re-points it at the wrapper (``message.backend =
       self``: the inner backend just made that message and nobody else holds it)
@@ -691,9 +688,11 @@ class ForwardingBackend:
     max_batch: int
     max_visibility: float
     rotates_receipts: bool
-    # Set only when the inner backend has them (read with getattr by Worker and spark).
+    # Set only when the inner backend has them (read with getattr by Worker and spark,
+    # and the clock by wrappers of wrappers).
     max_receive: int
     max_wait_seconds: float
+    clock: Clock
 
     def __init__(self, inner: Backend) -> None:
         if not isinstance(inner, Backend):
@@ -704,7 +703,7 @@ class ForwardingBackend:
         self.max_batch = inner.max_batch
         self.max_visibility = inner.max_visibility
         self.rotates_receipts = inner.rotates_receipts
-        for name in ("max_receive", "max_wait_seconds"):
+        for name in ("max_receive", "max_wait_seconds", "clock"):
             if hasattr(inner, name):
                 setattr(self, name, getattr(inner, name))
 
