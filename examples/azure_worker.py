@@ -52,7 +52,7 @@ import sys
 from azure.core.exceptions import ResourceExistsError
 from azure.storage.queue import QueueClient
 
-from leasekeeper import Message, Worker
+from leasekeeper import Message, ReceiveError, Worker
 from leasekeeper.backends.azure import AzureQueueBackend
 
 log = logging.getLogger("azure_worker")
@@ -143,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         stats = worker.run(until_idle=args.until_idle)  # handles SIGTERM/SIGINT
+    except ReceiveError as exc:
+        # Fatal (queue deleted, key refused): the worker let running jobs finish
+        # and stopped; retrying would not help.
+        log.error("stopped: cannot receive from %s: %s", queue_name, exc.detail)
+        return 1
     finally:
         backend.close()
         client.close()

@@ -60,7 +60,7 @@ from typing import Any
 from mns.account import Account
 from mns.queue import Message as SDKMessage
 
-from leasekeeper import Message, Worker
+from leasekeeper import Message, ReceiveError, Worker
 from leasekeeper.backends.mns import MNSBackend
 
 log = logging.getLogger("mns_worker")
@@ -136,8 +136,15 @@ def main() -> int:
         minimal_life=min(2.0, visibility / 4),
     )
     log.info("working on %r (visibility %gs); Ctrl-C to stop", backend, visibility)
-    stats = worker.run()  # until SIGTERM / Ctrl-C
-    backend.close()
+    try:
+        stats = worker.run()  # until SIGTERM / Ctrl-C
+    except ReceiveError as exc:
+        # Fatal (queue deleted, key refused): the worker let running jobs finish
+        # and stopped; retrying would not help.
+        log.error("stopped: cannot receive: %s", exc.detail)
+        return 1
+    finally:
+        backend.close()
     log.info(
         "stopped: %d completed, %d failed, %d lost",
         stats.completed,

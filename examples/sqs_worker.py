@@ -59,10 +59,9 @@ import time
 from types import FrameType
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
 
-from leasekeeper import Lease, LeaseLost, Message, configure, lease, shutdown
-from leasekeeper.backends.sqs import SQSBackend, classify_exception
+from leasekeeper import Lease, LeaseLost, Message, ReceiveError, configure, lease, shutdown
+from leasekeeper.backends.sqs import SQSBackend
 
 log = logging.getLogger("sqs_worker")
 
@@ -139,15 +138,14 @@ def main() -> int:
                 max_messages=1, wait_seconds=wait, visibility_timeout=visibility
             )
             receive_failures = 0
-        except (ClientError, BotoCoreError) as exc:
-            kind, detail = classify_exception(exc)
-            if kind == "fatal":
-                log.error("cannot receive from %s: %s", queue_url, detail)
+        except ReceiveError as exc:  # what every backend's receive raises
+            if not exc.retryable:  # the queue is gone, the credentials are refused
+                log.error("cannot receive from %s: %s", queue_url, exc.detail)
                 shutdown()
                 return 1
             receive_failures += 1
             pause = min(30.0, 0.5 * 2**receive_failures)
-            log.warning("receive failed (%s); retrying in %.1fs", detail, pause)
+            log.warning("receive failed (%s); retrying in %.1fs", exc.detail, pause)
             stop_requested.wait(pause)
             continue
         for message in messages:

@@ -10,6 +10,10 @@ from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.testing import ManualClock
 from tests.helpers import ScriptedBackend
 
+# The local services (moto, the MNS server, Azurite): one of each per session, shared
+# by every directory that needs them.
+pytest_plugins = ["tests.services"]
+
 # Timing used by most core tests: 30 s visibility renewed when 10 s remain.
 FAST = {"visibility_timeout": 30.0, "timer_interval": 1.0, "minimal_life": 2.0}
 

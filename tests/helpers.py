@@ -5,15 +5,15 @@ from __future__ import annotations
 import threading
 from collections import defaultdict, deque
 from collections.abc import Sequence
-from typing import Any
 
-from leasekeeper import Handle, Message, Outcome
+from leasekeeper import Handle, Outcome
+from leasekeeper.backends.base import ForwardingBackend
 from leasekeeper.backends.memory import MemoryQueue
 
 Plan = Outcome | BaseException | str  # "malformed": answer with the wrong number of entries
 
 
-class ScriptedBackend:
+class ScriptedBackend(ForwardingBackend):
     """Wraps a MemoryQueue; a test scripts what the next calls answer, or blocks them.
 
     ``script("extend", Outcome("retry"), Outcome("retry"))`` makes the next two extend
@@ -22,11 +22,10 @@ class ScriptedBackend:
     wait until ``let_go("extend")``; ``entered["extend"]`` is set while it waits.
     """
 
+    inner: MemoryQueue
+
     def __init__(self, inner: MemoryQueue) -> None:
-        self.inner = inner
-        self.max_batch = inner.max_batch
-        self.max_visibility = inner.max_visibility
-        self.rotates_receipts = inner.rotates_receipts
+        super().__init__(inner)
         self.calls: list[tuple[str, list[str], float]] = []
         self._plans: dict[str, deque[Plan]] = defaultdict(deque)
         self._gates: dict[str, threading.Event] = {}
@@ -60,31 +59,17 @@ class ScriptedBackend:
             return [plan] * len(handles)
         return None
 
-    def receive(self, *args: Any, **kwargs: Any) -> list[Message]:
-        messages = self.inner.receive(*args, **kwargs)
-        for message in messages:
-            message.backend = self
-        return messages
-
-    def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
-        message = self.inner.adopt(raw, visibility_timeout)
-        message.backend = self
-        return message
-
     def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
         scripted = self._run("extend", handles, timeout)
-        return self.inner.extend(handles, timeout) if scripted is None else scripted
+        return super().extend(handles, timeout) if scripted is None else scripted
 
     def delete(self, handles: Sequence[Handle]) -> list[Outcome]:
         scripted = self._run("delete", handles, 0.0)
-        return self.inner.delete(handles) if scripted is None else scripted
+        return super().delete(handles) if scripted is None else scripted
 
     def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
         scripted = self._run("release", handles, delay)
-        return self.inner.release(handles, delay) if scripted is None else scripted
-
-    def __repr__(self) -> str:
-        return f"ScriptedBackend({self.inner!r})"
+        return super().release(handles, delay) if scripted is None else scripted
 
 
 class SignallingLock:

@@ -16,6 +16,7 @@ from leasekeeper.errors import (
     LeaseLost,
     LeaseTooShort,
     ManagerClosed,
+    ReceiveError,
 )
 from leasekeeper.lease import Lease, LeaseScope, LeaseState
 from leasekeeper.manager import LeaseManager, Stats
@@ -39,6 +40,7 @@ __all__ = [
     "ManagerClosed",
     "Message",
     "Outcome",
+    "ReceiveError",
     "Stats",
     "Worker",
     "WorkerStats",

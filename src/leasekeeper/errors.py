@@ -6,6 +6,10 @@ a receipt authorises a delete, so it is treated as a secret everywhere.
 
 from __future__ import annotations
 
+from typing import Literal
+
+ReceiveErrorKind = Literal["retry", "fatal"]
+
 
 class LeaseError(Exception):
     """Base class of every error leasekeeper raises on purpose."""
@@ -68,3 +72,43 @@ class BackendError(LeaseError):
         self.message_id = message_id
         self.kind = kind
         self.detail = detail
+
+
+class ReceiveError(BackendError):
+    """A backend's ``receive`` (or a queue-attribute read it needs) failed.
+
+    Every backend's ``receive`` raises this one type for a failure of the service
+    or of the way to it, so a receive loop needs one ``except`` and one question:
+    ``retryable``. ``kind`` is "retry" (throttling, 5xx, network: try again after
+    a pause) or "fatal" (the queue does not exist, the credentials are refused,
+    the request is malformed: retrying cannot help). ``detail`` is the service's
+    error code with a fixed phrase, never a receipt or a credential. Invalid
+    arguments (a caller's bug) are ``ValueError``/``TypeError`` instead.
+
+    ``ReceiveError(kind, detail, *, operation="receive", service="")``; the
+    backends' own subclasses (``MNSQueueError``, ``AzureQueueError``) keep their
+    names. A worker stops on a fatal one and backs off on a retryable one.
+    """
+
+    def __init__(
+        self,
+        kind: ReceiveErrorKind,
+        detail: str,
+        *,
+        operation: str = "receive",
+        service: str = "",
+    ) -> None:
+        if kind not in ("retry", "fatal"):
+            raise ValueError(f"a ReceiveError's kind is 'retry' or 'fatal', got {kind!r}")
+        where = f"{service} " if service else ""
+        LeaseError.__init__(self, f"{where}{operation} failed ({kind}): {detail}")
+        self.operation = operation
+        self.message_id = ""
+        self.kind = kind
+        self.detail = detail
+        self.service = service
+
+    @property
+    def retryable(self) -> bool:
+        """True when trying again later can succeed (``kind == "retry"``)."""
+        return self.kind == "retry"

@@ -8,11 +8,20 @@ Shutdown (``stop()``, or SIGTERM/SIGINT while ``run()`` is in the main thread):
 stop receiving, let running handlers finish while their leases are still renewed,
 for up to ``shutdown_timeout`` seconds, then release whatever is left so other
 workers get it at once. A second signal skips the wait.
+
+A receive that fails with a retryable ``ReceiveError`` (or any other exception,
+e.g. from a custom backend) is tried again after a jittered, growing pause. A
+*fatal* ``ReceiveError`` (the queue was deleted, the credentials were refused)
+stops the worker the same graceful way: ``run()`` raises it once running
+handlers are done, and a worker started with ``start()`` logs it and keeps it
+in ``worker.error``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import random
 import signal
 import threading
 from collections.abc import Callable
@@ -24,7 +33,7 @@ from typing import Any
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import SYSTEM_CLOCK
 from leasekeeper.config import LeaseConfig
-from leasekeeper.errors import LeaseLost, LeaseTooShort, ManagerClosed
+from leasekeeper.errors import LeaseLost, LeaseTooShort, ManagerClosed, ReceiveError
 from leasekeeper.lease import Lease
 from leasekeeper.manager import LeaseManager
 
@@ -107,6 +116,8 @@ class Worker:
         self._hurry = threading.Event()  # second signal: skip the graceful wait
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
+        #: The fatal ReceiveError that stopped the worker, if one did.
+        self.error: ReceiveError | None = None
 
     # ------------------------------------------------------------------ control
 
@@ -114,7 +125,9 @@ class Worker:
         """Run in a background thread; ``stop()`` ends it."""
         if self._thread is not None:
             raise RuntimeError("worker already started")
-        self._thread = threading.Thread(target=self.run, name="leasekeeper-worker", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run_started, name="leasekeeper-worker", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -141,9 +154,19 @@ class Worker:
 
     # ------------------------------------------------------------------ running
 
+    def _run_started(self) -> None:
+        # A fatal ReceiveError is logged by the receive loop and kept in self.error.
+        with contextlib.suppress(ReceiveError):
+            self.run()
+
     def run(self, until_idle: float | None = None) -> WorkerStats:
         """Receive and handle until stopped (or, with ``until_idle``, until nothing
-        was received and nothing ran for that many seconds). Returns the stats."""
+        was received and nothing ran for that many seconds). Returns the stats.
+
+        Raises the fatal ``ReceiveError`` that stopped it, after the same graceful
+        shutdown as ``stop()`` (also kept in ``self.error``).
+        """
+        self.error = None
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -156,6 +179,8 @@ class Worker:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self._done.set()
+        if self.error is not None:
+            raise self.error
         return self.stats
 
     def _receive_loop(self, pool: ThreadPoolExecutor, until_idle: float | None) -> None:
@@ -176,10 +201,32 @@ class Worker:
                     visibility_timeout=self.manager.config.visibility_timeout,
                 )
                 failures = 0
-            except Exception as exc:
+            except ReceiveError as exc:
+                if not exc.retryable:
+                    # Retrying cannot help (queue gone, credentials refused): stop,
+                    # letting running handlers finish, and say why.
+                    log.error("receive from %r failed for good, stopping: %s", self.backend, exc)
+                    self.error = exc
+                    return
                 failures += 1
-                pause = min(30.0, 0.1 * 2 ** min(failures, 9))
-                log.warning("receive failed (%s); retrying in %.1fs", type(exc).__name__, pause)
+                pause = _backoff(failures)
+                log.warning("%s; retrying in %.1fs", exc, pause)
+                self._stop.wait(pause)
+                continue
+            except Exception as exc:
+                # Not a ReceiveError: a custom backend's own failure, or a bug. It may
+                # be transient, so keep trying, and say what it was. Its text is not
+                # logged at WARNING: leasekeeper cannot know what it quotes (the
+                # backends that ship with it raise only ReceiveError for failures).
+                failures += 1
+                pause = _backoff(failures)
+                log.warning(
+                    "receive raised %s, not a leasekeeper ReceiveError; retrying in %.1fs",
+                    type(exc).__name__,
+                    pause,
+                )
+                if failures == 1:
+                    log.debug("the receive failure", exc_info=exc)
                 self._stop.wait(pause)
                 continue
             # Lease the whole batch before the first handler starts: a handler that
@@ -264,3 +311,9 @@ class Worker:
                 # Not the handler's own release: its lease.lost is set so it stops.
                 self.manager.revoke(lease)
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _backoff(failures: int) -> float:
+    """The pause after the ``failures``-th receive failure in a row: 0.2 s doubling
+    to 30 s, jittered so that workers that failed together do not retry together."""
+    return min(30.0, 0.1 * 2.0 ** min(failures, 9) * random.uniform(0.8, 1.2))

@@ -104,7 +104,7 @@ def test_receive_counts_and_limits(backend: AzureQueueBackend, queue_client: Que
     with pytest.raises(ValueError):
         backend.receive(max_messages=0)
     with pytest.raises(ValueError):
-        backend.receive(visibility_timeout=0.5)
+        backend.receive(visibility_timeout=0)
     with pytest.raises(ValueError):
         backend.receive(visibility_timeout=604801)
     with pytest.raises(ValueError):

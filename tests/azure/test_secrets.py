@@ -97,8 +97,8 @@ def test_exception_text_has_no_secrets(azurite: str, caplog: pytest.LogCaptureFi
 def test_network_error_text_with_the_receipt_in_the_url_is_not_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from tests.azure.conftest import _free_port
     from tests.azure.settings import connection_string
+    from tests.services import free_port as _free_port
 
     caplog.set_level(logging.DEBUG)
     dead = connection_string(_free_port())

@@ -58,14 +58,6 @@ def test_rotation_makes_each_extend_issue_a_new_receipt(rotating: MemoryQueue) -
     assert rotating.delete([Handle(message.id, outcome.receipt)])[0].kind == "ok"
 
 
-def test_without_rotation_the_receipt_survives_extends(queue: MemoryQueue) -> None:
-    queue.send("a")
-    (message,) = queue.receive()
-    for _ in range(3):
-        assert queue.extend([message.handle], 10)[0].receipt is None
-    assert queue.delete([message.handle])[0].kind == "ok"
-
-
 def test_an_expired_receipt_still_works_if_nobody_received_again(
     clock: ManualClock, queue: MemoryQueue
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from leasekeeper import LeaseManager, Message, Worker
+from leasekeeper import LeaseManager, Message, ReceiveError, Worker
 from leasekeeper.backends.memory import MemoryQueue
+from leasekeeper.testing import FaultyBackend
 
 pytestmark = pytest.mark.realtime
 
@@ -186,3 +188,75 @@ def test_worker_keeps_receives_within_the_services_limits() -> None:
     queue.max_wait_seconds = 0.5  # type: ignore[attr-defined]
     worker = Worker(queue, print, batch_size=10, wait_seconds=20)
     assert (worker.batch_size, worker.wait_seconds) == (3, 0.5)
+
+
+# ------------------------------------------------------------------ receive errors
+
+
+def test_a_fatal_receive_error_stops_the_worker_after_running_handlers() -> None:
+    """Queue deleted, credentials refused: retrying cannot help. The worker stops as
+    stop() would (the running handler finishes and its message is deleted), and
+    run() raises the error."""
+    queue = MemoryQueue(1.0)
+    queue.send("job")
+    faulty = FaultyBackend(queue)
+    faulty.script("receive", "pass", "fatal")
+    go = threading.Event()
+    finished: list[str] = []
+
+    def handler(message: Message) -> None:
+        assert go.wait(10)
+        finished.append(message.id)
+
+    def release_the_handler_after_the_fatal_receive() -> None:
+        deadline = time.monotonic() + 10
+        while faulty.injected("fatal", "receive") == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        go.set()
+
+    helper = threading.Thread(target=release_the_handler_after_the_fatal_receive)
+    helper.start()
+    worker = Worker(faulty, handler, concurrency=2, wait_seconds=0.05, **TIMING)
+    with pytest.raises(ReceiveError) as raised:
+        worker.run()
+    helper.join(10)
+    assert not raised.value.retryable and raised.value.kind == "fatal"
+    assert worker.error is raised.value
+    assert finished == ["m-000001"] and queue.deleted_ids == ["m-000001"]
+    assert worker.stats.completed == 1 and worker.manager.closed
+
+
+def test_a_started_worker_keeps_and_logs_its_fatal_receive_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    faulty = FaultyBackend(MemoryQueue(1.0))
+    faulty.script("receive", "fatal")
+    caplog.set_level(logging.ERROR, logger="leasekeeper.worker")
+    worker = Worker(faulty, lambda message: None, wait_seconds=0.05, **TIMING).start()
+    deadline = time.monotonic() + 10
+    while worker.error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    worker.stop(10)  # joins the thread, which ended by itself
+    assert isinstance(worker.error, ReceiveError) and not worker.error.retryable
+    assert worker.manager.closed
+    assert any("failed for good" in r.getMessage() for r in caplog.records)
+
+
+def test_retryable_receive_errors_are_retried_with_backoff(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    queue = MemoryQueue(1.0)
+    queue.send("job")
+    faulty = FaultyBackend(queue)
+    # Two transient errors, then one of a type no leasekeeper backend raises (a
+    # custom backend's own): all retried, and the message is handled after them.
+    faulty.script("receive", "retry", "throttle", RuntimeError("custom backend failed"))
+    caplog.set_level(logging.WARNING, logger="leasekeeper.worker")
+    done = threading.Event()
+    worker = Worker(faulty, lambda message: done.set(), wait_seconds=0.05, **TIMING)
+    stats = worker.run(until_idle=0.5)
+    assert done.is_set() and stats.completed == 1 and worker.error is None
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("retrying in" in m for m in messages) == 3
+    assert any("RuntimeError, not a leasekeeper ReceiveError" in m for m in messages)
+    assert not any("custom backend failed" in m for m in messages)  # its text is not logged

@@ -1,5 +1,5 @@
-"""Fixtures for the crash tests: the three local services of the backend tests,
-reused (imported, not copied), and one fresh queue per test on each.
+"""Fixtures for the crash tests: the session's three local services (tests/services.py,
+shared with the backend tests), and one fresh queue per test on each.
 
 The SQS and MNS conftests both name their queue factory ``make_queue``; here
 they are imported as ``sqs_make_queue`` and ``mns_make_queue`` (pytest
@@ -19,23 +19,15 @@ import pytest
 from azure.storage.queue import QueueClient
 
 from leasekeeper.testing.mns_server import MNSServer
-from tests.azure.conftest import azurite
 from tests.azure.conftest import queue_name as azure_queue_name
 from tests.crash.harness import RECORDED, QueueTarget
 from tests.crash.targets import AzureTarget, MNSTarget, SQSTarget
-from tests.mns.conftest import ACCESS_ID, ACCESS_KEY, mns_server
+from tests.mns.conftest import ACCESS_ID, ACCESS_KEY
 from tests.mns.conftest import make_queue as mns_make_queue
-from tests.sqs.conftest import CHILD_ENV, make_client, moto_endpoint
+from tests.services import CHILD_ENV, make_client
 from tests.sqs.conftest import make_queue as sqs_make_queue
 
-__all__ = [
-    "azure_queue_name",
-    "azurite",
-    "mns_make_queue",
-    "mns_server",
-    "moto_endpoint",
-    "sqs_make_queue",
-]
+__all__ = ["azure_queue_name", "mns_make_queue", "sqs_make_queue"]
 
 VISIBILITY = 2  # the queues' own visibility timeout: the workers' lease setting
 

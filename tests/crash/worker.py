@@ -43,10 +43,9 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
 
 from leasekeeper import LeaseConfig, LeaseManager, Message, Worker
-from leasekeeper.backends.base import Backend, Handle, Outcome
+from leasekeeper.backends.base import Backend, ForwardingBackend, Handle, Outcome
 from leasekeeper.lease import Lease
 from tests.crash.journal import Journal
 
@@ -112,18 +111,13 @@ def die(journal: Journal, point: str, ids: Sequence[str]) -> None:
     time.sleep(60)  # the signal is delivered at once; never reached
 
 
-class CrashingBackend:
+class CrashingBackend(ForwardingBackend):
     """Forwards to a real backend, journals receives and deletes, and SIGKILLs the
-    process at ``kill_point``. Received messages are re-issued with this wrapper as
-    their backend, so the manager's extends and deletes come through it."""
+    process at ``kill_point``. Received messages are re-pointed at this wrapper, so
+    the manager's extends and deletes come through it."""
 
     def __init__(self, inner: Backend, journal: Journal, kill_point: str | None) -> None:
-        self.inner = inner
-        self.max_batch: int = inner.max_batch
-        self.max_visibility: float = inner.max_visibility
-        self.rotates_receipts: bool = inner.rotates_receipts
-        self.max_receive: int = getattr(inner, "max_receive", 10)
-        self.max_wait_seconds: float = getattr(inner, "max_wait_seconds", 20.0)
+        super().__init__(inner)
         self._journal = journal
         self._kill_point = kill_point
         # Taken (and never given back: the process dies holding it) by the call that
@@ -139,17 +133,13 @@ class CrashingBackend:
         wait_seconds: float = 0.0,
         visibility_timeout: float | None = None,
     ) -> list[Message]:
-        got = self.inner.receive(max_messages, wait_seconds, visibility_timeout)
-        out = [m.with_backend(self) for m in got]
+        out = super().receive(max_messages, wait_seconds, visibility_timeout)
         for message in out:
             self._journal.write("recv", message.id)
         if out and self._armed("before_register"):
             self._gate.acquire()
             die(self._journal, "before_register", [m.id for m in out])
         return out
-
-    def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
-        return self.inner.adopt(raw, visibility_timeout).with_backend(self)
 
     def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
         ids = [h.message_id for h in handles]

@@ -1,9 +1,9 @@
 """The local MNS server for the MNS backend's tests.
 
-One ``MNSServer`` (leasekeeper.testing.mns_server) per test session on a free
-127.0.0.1 port, and a fresh queue per test; the real aliyun-mns-sdk talks to it
-over HTTP exactly as it talks to Aliyun. Tests that need to move the server's
-time by hand get their own server on a ``FakeClock`` (``faked_server``).
+The session's one ``MNSServer`` (``mns_server``, from tests/services.py) and a
+fresh queue per test; the real aliyun-mns-sdk talks to it over HTTP exactly as
+it talks to Aliyun. Tests that need to move the server's time by hand get their
+own server on a ``FakeClock`` (``faked_server``).
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from mns.account import Account
 
 from leasekeeper.backends.mns import MNSBackend
 from leasekeeper.testing.mns_server import MNSServer
+from tests.services import MNS_ACCESS_ID as ACCESS_ID
+from tests.services import MNS_ACCESS_KEY as ACCESS_KEY
+from tests.services import sdk_queue
 
-ACCESS_ID = "test-id"
-ACCESS_KEY = "test-key"
+__all__ = ["ACCESS_ID", "ACCESS_KEY", "FakeClock", "sdk_queue"]
 
 
 class FakeClock:
@@ -50,19 +51,6 @@ class FakeClock:
         with self._lock:
             self._now += seconds
             self._wall += seconds
-
-
-@pytest.fixture(scope="session")
-def mns_server() -> Iterator[MNSServer]:
-    with MNSServer() as server:
-        yield server
-
-
-def sdk_queue(
-    server: MNSServer, name: str, *, key: str = ACCESS_KEY, key_id: str = ACCESS_ID
-) -> Any:
-    """An ``mns.queue.Queue`` on ``server`` from its own Account (its own connection)."""
-    return Account(server.endpoint, key_id, key).get_queue(name)
 
 
 @pytest.fixture

@@ -122,11 +122,6 @@ def test_lease_manager_accepts_it(backend: MNSBackend) -> None:
 # ------------------------------------------------------------------ receive
 
 
-def test_receive_empty_queue_is_an_empty_list(backend: MNSBackend) -> None:
-    assert backend.receive() == []
-    assert backend.receive(max_messages=16, wait_seconds=0) == []
-
-
 def test_receive_fields(backend: MNSBackend, mns_queue: Any, mns_server: MNSServer) -> None:
     (sent,) = send(mns_queue, "hello")
     before = time.monotonic()

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leasekeeper import Handle, Lease, LeaseManager, LeaseState, Message, Outcome
+from leasekeeper.backends.base import ForwardingBackend, Operation
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.testing import FaultyBackend
 
@@ -77,15 +78,13 @@ class Answer:
     at: float
 
 
-class QueueSpy:
+class QueueSpy(ForwardingBackend):
     """A Backend over a MemoryQueue that records what the queue saw (see module doc)."""
 
     def __init__(self, queue: MemoryQueue) -> None:
+        super().__init__(queue)
         self.queue = queue
         self.clock = queue.clock
-        self.max_batch = queue.max_batch
-        self.max_visibility = queue.max_visibility
-        self.rotates_receipts = queue.rotates_receipts
         self.deletes: list[Delete] = []
         self.exposures: list[Exposure] = []
         self.answers: list[Answer] = []  # non-ok answers only
@@ -104,31 +103,14 @@ class QueueSpy:
         queue._new_receipt = recording  # type: ignore[method-assign]
 
     # Backend API -------------------------------------------------------------
-    def receive(
-        self,
-        max_messages: int = 1,
-        wait_seconds: float = 0.0,
-        visibility_timeout: float | None = None,
-    ) -> list[Message]:
-        messages = self.queue.receive(max_messages, wait_seconds, visibility_timeout)
-        for message in messages:
-            message.backend = self
-        return messages
-
-    def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
-        message = self.queue.adopt(raw, visibility_timeout)
-        message.backend = self
-        return message
-
     def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
-        call = lambda: self.queue.extend(handles, timeout)  # noqa: E731
-        return self._observe("extend", handles, timeout, call)
+        return self._observe("extend", handles, timeout)
 
     def delete(self, handles: Sequence[Handle]) -> list[Outcome]:
-        return self._observe("delete", handles, 0.0, lambda: self.queue.delete(handles))
+        return self._observe("delete", handles, 0.0)
 
     def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
-        return self._observe("release", handles, delay, lambda: self.queue.release(handles, delay))
+        return self._observe("release", handles, delay)
 
     def rotate_receipt(self, message_id: str) -> bool:
         """Used by FaultyBackend's "stale" fault: the current receipt dies now."""
@@ -141,7 +123,7 @@ class QueueSpy:
             return True
 
     def _observe(
-        self, operation: str, handles: Sequence[Handle], arg: float, call: Any
+        self, operation: Operation, handles: Sequence[Handle], arg: float
     ) -> list[Outcome]:
         queue = self.queue
         thread = threading.current_thread().name
@@ -157,7 +139,7 @@ class QueueSpy:
                     exposure = Exposure(handle.message_id, operation, record.visible_at, now)
                     with self._lock:
                         self.exposures.append(exposure)
-            outcomes: list[Outcome] = call()
+            outcomes = self.forward(operation, handles, arg)
         with self._lock:
             self.calls[operation] += 1
             for handle, outcome in zip(handles, outcomes, strict=True):

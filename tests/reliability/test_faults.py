@@ -12,6 +12,7 @@ import pytest
 
 from leasekeeper import Backend, Handle, LeaseManager, Outcome
 from leasekeeper.backends.memory import MemoryQueue
+from leasekeeper.errors import ReceiveError
 from leasekeeper.testing import FaultEvent, Faults, FaultyBackend, InjectedError, ManualClock
 from leasekeeper.testing.faults import DEFAULT_MALFORMED_FORMS
 from tests.helpers import ScriptedBackend
@@ -130,9 +131,11 @@ def test_receive_faults_raise_or_drop() -> None:
     queue.send("job")
     for kind in ("retry", "throttle", "fatal"):
         faulty.script("receive", kind)
-        with pytest.raises(InjectedError) as raised:
+        with pytest.raises(ReceiveError) as raised:  # what every backend's receive raises
             faulty.receive()
-        assert raised.value.kind == kind
+        assert isinstance(raised.value, InjectedError) and raised.value.fault == kind
+        assert raised.value.retryable is (kind != "fatal")
+        assert raised.value.kind == ("fatal" if kind == "fatal" else "retry")
     faulty.script("receive", "lost")
     assert faulty.receive() == []  # the queue handed it out; the answer was lost
     assert queue.visible_count() == 0 and queue.receive_counts == {"m-000001": 1}

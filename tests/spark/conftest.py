@@ -1,4 +1,5 @@
-"""A local PySpark session for the drain tests, plus the moto server of the SQS tests.
+"""A local PySpark session for the drain tests (the local services are the session's
+own, from tests/services.py, shared with the backend tests).
 
 Executors must run this virtualenv's Python (where leasekeeper is installed), so
 PYSPARK_PYTHON is set before the session starts: in local mode Spark ignores the
@@ -18,10 +19,11 @@ from typing import Any
 import pytest
 
 from tests import toolchain
-from tests.mns.conftest import ACCESS_ID, ACCESS_KEY, mns_server
-from tests.sqs.conftest import CHILD_ENV, make_queue, moto_endpoint
+from tests.mns.conftest import ACCESS_ID, ACCESS_KEY
+from tests.services import CHILD_ENV
+from tests.sqs.conftest import make_queue
 
-__all__ = ["make_queue", "mns_server", "moto_endpoint"]
+__all__ = ["make_queue"]
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import re
 import subprocess
 import sys
@@ -111,23 +112,48 @@ def test_import_without_boto3_names_the_extra() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "names"),
+    ("kwargs", "error", "names"),
     [
-        ({"max_messages": 0}, "1 to 10"),
-        ({"max_messages": 11}, "1 to 10"),
-        ({"max_messages": True}, "1 to 10"),
-        ({"max_messages": 2.0}, "1 to 10"),
-        ({"wait_seconds": -1}, "0 and 20"),
-        ({"wait_seconds": 20.5}, "0 and 20"),
-        ({"visibility_timeout": -1}, "0 and 43200"),
-        ({"visibility_timeout": 43201}, "0 and 43200"),
-        ({"visibility_timeout": float("nan")}, "0 and 43200"),
+        ({"max_messages": 0}, ValueError, "max_messages must be >= 1"),
+        ({"max_messages": True}, TypeError, "max_messages must be an int"),
+        ({"max_messages": 2.0}, TypeError, "max_messages must be an int"),
+        ({"wait_seconds": -1}, ValueError, "wait_seconds must be a number of seconds >= 0"),
+        ({"wait_seconds": math.nan}, ValueError, "wait_seconds"),
+        ({"visibility_timeout": -1}, ValueError, ">= 0 and <= 43200"),
+        ({"visibility_timeout": 43201}, ValueError, ">= 0 and <= 43200"),
+        ({"visibility_timeout": float("nan")}, ValueError, ">= 0 and <= 43200"),
     ],
 )
-def test_receive_validates_sqs_limits(kwargs: dict[str, Any], names: str) -> None:
+def test_receive_validates_arguments(
+    kwargs: dict[str, Any], error: type[Exception], names: str
+) -> None:
     backend, stubber, _ = stubbed()
-    with pytest.raises(ValueError, match=names):
+    with pytest.raises(error, match=names):
         backend.receive(**kwargs)
+    stubber.assert_no_pending_responses()
+
+
+def test_receive_asks_for_at_most_what_sqs_allows() -> None:
+    # A receive returns *up to* max_messages: more than 10, or a wait over 20 s, is
+    # asked as SQS's limit rather than refused.
+    backend, stubber, _ = stubbed()
+    stubber.add_response(
+        "receive_message",
+        {},
+        receive_params(MaxNumberOfMessages=10, WaitTimeSeconds=20, VisibilityTimeout=30),
+    )
+    assert backend.receive(max_messages=11, wait_seconds=60, visibility_timeout=30) == []
+    stubber.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize(("wait", "sent"), [(0.0, 0), (0.001, 1), (0.5, 1), (1.0, 1), (19.2, 20)])
+def test_a_fractional_long_poll_rounds_up(wait: float, sent: int) -> None:
+    """0.5 s is a 1 s poll, not a 0 s one: an idle worker must not busy-poll."""
+    backend, stubber, _ = stubbed()
+    stubber.add_response(
+        "receive_message", {}, receive_params(WaitTimeSeconds=sent, VisibilityTimeout=30)
+    )
+    assert backend.receive(wait_seconds=wait, visibility_timeout=30) == []
     stubber.assert_no_pending_responses()
 
 
@@ -138,14 +164,15 @@ def test_receive_request_and_deadlines() -> None:
     stubber.add_response(
         "receive_message",
         {"Messages": [sqs_message("m-1", rh, "payload", receive_count=3)]},
-        receive_params(MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=13),
+        receive_params(MaxNumberOfMessages=10, WaitTimeSeconds=2, VisibilityTimeout=13),
     )
     sent: list[float] = []
     client.meta.events.register(
         "before-parameter-build.sqs.ReceiveMessage", lambda **_: sent.append(clock.peek())
     )
-    # 1.5 s of long poll is rounded down (the wait eats into the deadline); 12.2 s of
-    # visibility is asked as 13 (a longer real invisibility is the safe side)
+    # 1.5 s of long poll is rounded up (the deadline counts from before the request,
+    # so a longer poll cannot make it late); 12.2 s of visibility is asked as 13 (a
+    # longer real invisibility is the safe side)
     [message] = backend.receive(max_messages=10, wait_seconds=1.5, visibility_timeout=12.2)
     stubber.assert_no_pending_responses()
     # received_at is the last clock reading before the request was sent
@@ -210,7 +237,7 @@ def test_a_new_receive_restarts_the_twelve_hours() -> None:
         ("extend", 2.2, 3),  # up: the manager's deadline counts from 2.2
         ("extend", 0.3, 1),
         ("extend", 43200.0, 43200),
-        ("extend", 99999.0, 43200),
+        ("extend", 30.0000000001, 30),  # float noise is not a second more
         ("release", 0.0, 0),
         ("release", 1.7, 1),  # down: never held back (or a FIFO group blocked) longer
         ("release", 0.9, 0),
@@ -227,6 +254,18 @@ def test_visibility_timeout_rounding(operation: str, asked: float, sent: int) ->
     )
     call = backend.extend if operation == "extend" else backend.release
     assert [o.kind for o in call(batch, asked)] == ["ok", "ok"]
+    stubber.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize("timeout", [0.0, -1.0, 43200.5, 99999.0, math.inf, math.nan])
+def test_an_extend_sqs_cannot_make_is_not_sent(timeout: float) -> None:
+    # Sending 43200 for 99999 would make the manager's deadline later than SQS's.
+    backend, stubber, _ = stubbed()
+    outcomes = backend.extend(handles(2), timeout)
+    assert [o.kind for o in outcomes] == ["fatal", "fatal"]
+    assert (
+        outcomes[0].detail.startswith("InvalidParameterValue") and "not sent" in outcomes[0].detail
+    )
     stubber.assert_no_pending_responses()
 
 

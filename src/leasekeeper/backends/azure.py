@@ -27,7 +27,8 @@ How Azure Storage Queue maps onto the backend contract (see docs/backends/azure.
   content) and ``visibility_timeout`` **always** given (the SDK sends 0 when it is
   left out: the message would reappear at once). The timeout is an int: extends
   round **up** (the manager counts its deadline from the float it asked for, so a
-  longer real invisibility is the safe side), release delays round up as well.
+  longer real invisibility is the safe side); release delays round **down** (a
+  released message is never held back longer than asked).
 - A message cannot outlive its ``expires_on`` (its time-to-live). ``Message.hard_deadline``
   is ``expires_on`` converted to local monotonic time minus ``expiry_margin`` (2 s by
   default, which also covers the round-up above), so the manager stops extending
@@ -45,11 +46,12 @@ azure-core ``RequestsTransport``, which says of itself that it is not thread-saf
 (one ``requests.Session`` per transport, opened lazily without a lock), and
 azure-core makes no thread-safety promise for the sync pipeline. So this backend
 does not share one client between threads: extend, delete and release go through
-a client per thread (``threading.local``), built from the given client's URL,
-credential and API version (or by ``client_factory``), with the SDK's own retries
-off (the manager retries with its own, much shorter, backoff) and short network
-timeouts. The client you pass is used only for ``receive``, one request at a time,
-so your message decode policy (text or binary) and encryption settings apply.
+a client per thread (``leasekeeper.backends.base.ThreadClients``), built from the
+given client's URL, credential and API version (or by ``client_factory``), with
+the SDK's own retries off (the manager retries with its own, much shorter,
+backoff) and short network timeouts. The client you pass is used only for
+``receive``, one request at a time, so your message decode policy (text or binary)
+and encryption settings apply.
 
 Errors are mapped by ``classify_error`` on the service's error code. ``Outcome.detail``
 carries the error code (and, for a rejected query parameter, its name) and never
@@ -57,17 +59,16 @@ the service's message text: an error about the pop receipt quotes it, and networ
 errors quote the request URL, which carries ``popreceipt=``. The urllib3 and
 azure-storage loggers log request URLs at DEBUG level, so the backend installs a
 filter on them that blanks pop receipts and SAS signatures out of their records.
+A failed receive raises ``AzureQueueError``, a ``leasekeeper.errors.ReceiveError``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import random
 import re
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -88,9 +89,20 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[azure]'"
     ) from _exc
 
-from leasekeeper.backends.base import Handle, Message, Outcome, OutcomeKind, redact
+from leasekeeper.backends.base import (
+    CloudBackend,
+    ErrorTable,
+    Handle,
+    Message,
+    Outcome,
+    OutcomeKind,
+    ThreadClients,
+    is_seconds,
+    redact,
+    whole_seconds,
+)
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
-from leasekeeper.errors import BackendError, LeaseError
+from leasekeeper.errors import ReceiveError, ReceiveErrorKind
 
 __all__ = ["AzureQueueBackend", "AzureQueueError", "classify_error", "scrub"]
 
@@ -151,6 +163,7 @@ _BUG_CODES = frozenset(
         "UnsupportedHttpVerb",
     }
 )
+ERRORS = ErrorTable(lost=_LOST_CODES, retry=_RETRY_CODES, fatal=_FATAL_CODES, bug=_BUG_CODES)
 
 _CODE_SHAPE = re.compile(r"[A-Za-z0-9._-]{1,100}")
 # What may carry a secret in text the SDK, urllib3 or the service produce.
@@ -269,7 +282,7 @@ def classify_error(exc: BaseException) -> tuple[OutcomeKind, str]:
         where = f" (HTTP {status})" if status is not None else ""
         label = f"{code or type(exc).__name__}{where}"
         kind = _http_kind(exc, code, status)
-        if code in _BUG_CODES:
+        if ERRORS.is_bug(code):
             parameter = _parameter_of(exc)
             named = f" [{parameter}]" if parameter else ""
             label = f"{label}{named}: the service rejected a request leasekeeper built"
@@ -282,16 +295,10 @@ def classify_error(exc: BaseException) -> tuple[OutcomeKind, str]:
 
 def _http_kind(exc: HttpResponseError, code: str, status: int | None) -> OutcomeKind:
     kind: OutcomeKind
-    if code in _LOST_CODES:
-        kind = "lost"
-    elif code in _RETRY_CODES:
-        kind = "retry"
-    elif (
-        code in _BUG_CODES
-        or code in _FATAL_CODES
-        or isinstance(exc, ClientAuthenticationError)
-        or status in (401, 403)
-    ):
+    known = ERRORS.kind(code) if code else None
+    if known is not None:
+        kind = known
+    elif isinstance(exc, ClientAuthenticationError) or status in (401, 403):
         kind = "fatal"
     elif status is not None and (status >= 500 or status in (408, 429)):
         kind = "retry"
@@ -305,24 +312,16 @@ def _http_kind(exc: HttpResponseError, code: str, status: int | None) -> Outcome
     return kind
 
 
-class AzureQueueError(BackendError):
-    """A receive failed. ``kind`` is "retry" (transient) or "fatal"; ``detail`` the code.
+class AzureQueueError(ReceiveError):
+    """A receive failed: Azure's ``ReceiveError``. ``kind`` is "retry" (transient) or
+    "fatal"; ``detail`` the code.
 
     The text is built from the error code only: the SDK's own exception (whose
-    text can quote URLs) is not chained.
+    text can quote URLs, SAS signatures included) is not chained.
     """
 
-    def __init__(self, operation: str, kind: str, detail: str) -> None:
-        LeaseError.__init__(self, f"Azure queue {operation} failed ({kind}): {detail}")
-        self.operation = operation
-        self.message_id = ""
-        self.kind = kind
-        self.detail = detail
-
-
-def _ceil_seconds(seconds: float) -> int:
-    """Round up to whole seconds, ignoring float noise (2.0000000001 -> 2)."""
-    return max(0, math.ceil(seconds - 1e-9))
+    def __init__(self, operation: str, kind: ReceiveErrorKind, detail: str) -> None:
+        super().__init__(kind, detail, operation=operation, service="Azure queue")
 
 
 def _epoch(moment: Any) -> float | None:
@@ -333,13 +332,7 @@ def _epoch(moment: Any) -> float | None:
     return float(moment.timestamp())
 
 
-class _Local(threading.local):
-    client: QueueClient | None = None
-    pid: int = 0
-    generation: int = 0
-
-
-class AzureQueueBackend:
+class AzureQueueBackend(CloudBackend):
     """leasekeeper's backend for one Azure Storage queue.
 
     ``AzureQueueBackend(queue_client, *, clock=None, client_factory=None,
@@ -350,6 +343,12 @@ class AzureQueueBackend:
     or transport settings), otherwise from ``queue_client``'s URL, credential and
     API version with the SDK's retries off and short network timeouts.
     """
+
+    service = "Azure queue"
+    logger = log
+    bad_argument_code = "OutOfRangeQueryParameterValue [visibilitytimeout]"
+    min_receive_visibility = 1
+    min_release = 0
 
     max_batch = MAX_BATCH
     max_visibility = float(MAX_VISIBILITY)
@@ -387,12 +386,10 @@ class AzureQueueBackend:
         self.queue_name: str = str(queue_client.queue_name)
         self._factory = client_factory
         self._driven = isinstance(self.clock, DrivenClock)
-        self._local = _Local()
-        # Guards _clients and _expiry; _receive_lock serialises use of queue_client.
+        self._clients = ThreadClients(self._new_client, _close_client, log)
+        # Guards _expiry; _receive_lock serialises use of queue_client.
         self._lock = threading.Lock()
         self._receive_lock = threading.Lock()
-        self._clients: weakref.WeakSet[QueueClient] = weakref.WeakSet()
-        self._generation = 1  # bumped by close(): threads then make new clients
         self._expiry: dict[str, float] = {}  # message id -> expires_on, epoch seconds
         self._expiry_inserts = 0
         self._closed = threading.Event()
@@ -420,17 +417,7 @@ class AzureQueueBackend:
 
     def _client(self) -> QueueClient:
         """This thread's own client (a new one after a fork: sockets are not shared)."""
-        local = self._local
-        client = local.client
-        pid = os.getpid()
-        if client is None or local.pid != pid or local.generation != self._generation:
-            client = self._new_client()
-            with self._lock:
-                self._clients.add(client)
-                local.generation = self._generation
-            local.client = client
-            local.pid = pid
-        return client
+        return self._clients.get()
 
     def close(self) -> None:
         """Close the per-thread clients this backend made and end any receive wait.
@@ -439,15 +426,7 @@ class AzureQueueBackend:
         ``close()`` still work (through new clients), but ``receive`` no longer waits.
         """
         self._closed.set()
-        with self._lock:
-            clients = list(self._clients)
-            self._clients = weakref.WeakSet()
-            self._generation += 1
-        for client in clients:
-            try:
-                client.close()
-            except Exception as exc:
-                log.debug("closing a per-thread client failed: %s", type(exc).__name__)
+        self._clients.close()
 
     def __enter__(self) -> AzureQueueBackend:
         return self
@@ -487,37 +466,21 @@ class AzureQueueBackend:
         wait_seconds: float = 0.0,
         visibility_timeout: float | None = None,
     ) -> list[Message]:
-        """Receive up to ``max_messages`` (at most 32) messages.
+        """Receive up to ``max_messages`` (at most 32 a call) messages.
 
         Azure has no long poll: with ``wait_seconds`` the queue is polled again,
         pausing 0.2 s and doubling up to 2 s, until a message arrives or the time
-        is up. ``visibility_timeout`` (1 to 604800 s, default 30) is sent rounded
-        up to whole seconds; the message records the value asked for, so its
-        local deadline is never later than the service's.
+        is up. ``visibility_timeout`` (0 < T <= 604800 s, default 30) is sent
+        rounded up to whole seconds; the message records the value asked for, so
+        its local deadline is never later than the service's. A failure raises
+        ``AzureQueueError`` (a ``ReceiveError``).
         """
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int):
-            raise TypeError(f"max_messages must be an int, got {max_messages!r}")
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages!r}")
-        count = min(max_messages, MAX_MESSAGES)
-        if (
-            isinstance(wait_seconds, bool)
-            or not isinstance(wait_seconds, (int, float))
-            or not (math.isfinite(wait_seconds) and wait_seconds >= 0)
-        ):
-            raise ValueError(f"wait_seconds must be a finite number >= 0, got {wait_seconds!r}")
-        vis = DEFAULT_VISIBILITY if visibility_timeout is None else visibility_timeout
-        if (
-            isinstance(vis, bool)
-            or not isinstance(vis, (int, float))
-            or not (math.isfinite(vis) and 1 <= vis <= MAX_VISIBILITY)
-        ):
-            raise ValueError(
-                f"visibility_timeout must be between 1 and {MAX_VISIBILITY} seconds, got {vis!r}"
-            )
-        vis = float(vis)
-        sent = _ceil_seconds(vis)
-        deadline = self.clock.now() + float(wait_seconds)
+        return super().receive(max_messages, wait_seconds, visibility_timeout)
+
+    def receive_messages(self, count: int, wait: float, visibility: float | None) -> list[Message]:
+        vis = DEFAULT_VISIBILITY if visibility is None else visibility
+        sent = whole_seconds(vis, up=True)
+        deadline = self.clock.now() + wait
         pause = _POLL_FIRST
         while True:
             received_at = self.clock.now()  # just before the request: rule 1
@@ -540,12 +503,15 @@ class AzureQueueBackend:
                 page = next(iter(pager.by_page()), None)
                 return [] if page is None else list(page)
         except Exception as exc:
-            kind, detail = classify_error(exc)
-            log.debug("receive from %r failed (%s): %s", self, kind, detail)
-            error = AzureQueueError("receive", kind, detail)
+            error = self.receive_error(exc)
         # Raised outside the except block: the SDK's exception, whose text may quote
         # the request URL, is neither chained nor shown as context.
         raise error
+
+    def new_receive_error(
+        self, kind: ReceiveErrorKind, detail: str, operation: str, exc: BaseException
+    ) -> AzureQueueError:
+        return AzureQueueError(operation, kind, detail)
 
     def _messages(self, page: list[QueueMessage], received_at: float, vis: float) -> list[Message]:
         now = self.clock.now()
@@ -615,11 +581,7 @@ class AzureQueueBackend:
                 )
             vis = max(0.0, visible_epoch - offset - ADOPT_SKEW_MARGIN - now)
         else:
-            if (
-                isinstance(visibility_timeout, bool)
-                or not isinstance(visibility_timeout, (int, float))
-                or not (math.isfinite(visibility_timeout) and visibility_timeout >= 0)
-            ):
+            if not (is_seconds(visibility_timeout) and visibility_timeout >= 0):
                 raise ValueError(
                     f"visibility_timeout must be a number of seconds >= 0, got "
                     f"{visibility_timeout!r}"
@@ -631,14 +593,13 @@ class AzureQueueBackend:
 
     def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
         """Update Message with ``visibility_timeout=ceil(timeout)``; a new receipt each."""
-        finite = isinstance(timeout, (int, float)) and math.isfinite(timeout)
-        seconds = _ceil_seconds(timeout) if finite else -1
-        if not 1 <= seconds <= MAX_VISIBILITY:
-            detail = (
-                f"OutOfRangeQueryParameterValue [visibilitytimeout]: extend by {timeout!r}s "
-                f"is outside 1..{MAX_VISIBILITY}s (not sent)"
-            )
-            return [Outcome("fatal", detail=detail) for _ in handles]
+        return super().extend(handles, timeout)
+
+    def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
+        """Update Message with ``visibility_timeout=floor(delay)`` (0: visible at once)."""
+        return super().release(handles, delay)
+
+    def send_extend(self, handles: Sequence[Handle], seconds: int) -> list[Outcome]:
         client = self._client()
         out: list[Outcome] = []
         for handle in handles:
@@ -661,13 +622,7 @@ class AzureQueueBackend:
             out.append(outcome)
         return out
 
-    def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
-        """Update Message with ``visibility_timeout=ceil(delay)`` (0: visible at once)."""
-        finite = isinstance(delay, (int, float)) and math.isfinite(delay) and delay >= 0
-        seconds = _ceil_seconds(delay) if finite else -1
-        if not 0 <= seconds <= MAX_VISIBILITY:
-            detail = f"release delay {delay!r}s is outside 0..{MAX_VISIBILITY}s (not sent)"
-            return [Outcome("fatal", detail=detail) for _ in handles]
+    def send_release(self, handles: Sequence[Handle], seconds: int) -> list[Outcome]:
         client = self._client()
         out: list[Outcome] = []
         for handle in handles:
@@ -677,14 +632,14 @@ class AzureQueueBackend:
             out.append(outcome)
         return out
 
-    def delete(self, handles: Sequence[Handle]) -> list[Outcome]:
+    def send_delete(self, handles: Sequence[Handle]) -> list[Outcome]:
         client = self._client()
         out: list[Outcome] = []
         for handle in handles:
             try:
                 client.delete_message(handle.message_id, handle.receipt)
             except Exception as exc:
-                out.append(self._failed("delete", handle, exc))
+                out.append(self.failed("delete", [handle], exc))
                 continue
             self._forget(handle.message_id)
             out.append(Outcome("ok"))
@@ -698,7 +653,7 @@ class AzureQueueBackend:
                 handle.message_id, pop_receipt=handle.receipt, visibility_timeout=seconds
             )
         except Exception as exc:
-            outcome = self._failed(operation, handle, exc)
+            outcome = self.failed(operation, [handle], exc)
             if outcome.kind == "lost":
                 self._forget(handle.message_id)
             return outcome
@@ -708,12 +663,14 @@ class AzureQueueBackend:
             return Outcome("lost", detail="no pop receipt in the Update Message answer")
         return Outcome("ok", receipt=receipt)
 
-    def _failed(self, operation: str, handle: Handle, exc: BaseException) -> Outcome:
+    def classify(self, exc: BaseException, receipts: Sequence[str] = ()) -> Outcome:
+        """``classify_error`` (its detail never quotes the exception's text)."""
         kind, detail = classify_error(exc)
-        log.debug(
-            "%s of message %r on %r: %s (%s)", operation, handle.message_id, self, kind, detail
-        )
         return Outcome(kind, detail=detail)
+
+
+def _close_client(client: QueueClient) -> None:
+    client.close()
 
 
 def _body(content: Any) -> str | bytes:

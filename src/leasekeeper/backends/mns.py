@@ -26,7 +26,8 @@ How MNS maps onto the backend contract (see docs/backends/mns.md):
   DeleteMessage.
 - ChangeMessageVisibility takes whole seconds, 1 to 43200. Extends round **up**
   (the manager counts its deadline from the float it asked for, so a longer real
-  invisibility is the safe side). A release cannot ask for 0 seconds: release
+  invisibility is the safe side), and so does a receive's long poll (0.5 s is a
+  1 s poll). A release cannot ask for 0 seconds: release
   delays round **down** to whole seconds, but to at least **1 s**, so
   ``release(delay=0)`` makes the message visible again after one second.
 - A receive cannot choose its visibility timeout: the queue's VisibilityTimeout
@@ -49,7 +50,8 @@ you pass in (not even receive): it reads that queue's name, endpoint, credential
 provider and body encoding once, and every thread that calls the backend (the
 manager's dispatch threads, handler threads, your receive loop) gets its own
 ``Account``/``Queue`` from a ``threading.local``, created on first use (and again
-after a fork). Your ``Queue`` stays yours, to use from your own thread. The
+after a fork, and after ``close()``; see ``leasekeeper.backends.base.ThreadClients``).
+Your ``Queue`` stays yours, to use from your own thread. The
 per-thread clients are built without the SDK's logger (it logs receipt handles)
 and with a 10 s socket timeout per call (``wait_seconds + 10`` s for a receive).
 
@@ -59,17 +61,15 @@ message"); QueueNotExist, authentication errors and malformed-request errors
 (InvalidArgument: a bug) are "fatal"; InternalError, ServiceUnavailable,
 QpsLimitExceeded and network errors are "retry". ``Outcome.detail`` is the error
 code; only for a malformed-request error does it add the service's message, with
-anything handle-like blanked out.
+anything handle-like blanked out. A failed receive raises ``MNSQueueError``, a
+``leasekeeper.errors.ReceiveError``.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import os
 import re
 import threading
-import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -91,9 +91,21 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[mns]'"
     ) from _exc
 
-from leasekeeper.backends.base import REDACTED, Handle, Message, Outcome, OutcomeKind, redact
+from leasekeeper.backends.base import (
+    REDACTED,
+    CloudBackend,
+    ErrorTable,
+    Handle,
+    Message,
+    Outcome,
+    OutcomeKind,
+    ThreadClients,
+    is_seconds,
+    redact,
+    whole_seconds,
+)
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
-from leasekeeper.errors import BackendError, LeaseError
+from leasekeeper.errors import ReceiveError, ReceiveErrorKind
 
 __all__ = ["MNSBackend", "MNSQueueError", "classify_error", "scrub"]
 
@@ -155,6 +167,9 @@ BUG_CODES = frozenset(
     }
 )
 FATAL_CODES = AUTH_CODES | QUEUE_GONE_CODES | BUG_CODES
+ERRORS = ErrorTable(
+    lost=LOST_CODES, retry=RETRY_CODES, fatal=AUTH_CODES | QUEUE_GONE_CODES, bug=BUG_CODES
+)
 
 _CODE_SHAPE = re.compile(r"[A-Za-z0-9._-]{1,100}")
 # A receipt handle (or anything like one) in free text: a token of 16+ base64/URL
@@ -180,13 +195,9 @@ def _code_of(exc: BaseException) -> str:
 
 
 def _kind_of_code(code: str) -> OutcomeKind:
-    if code in LOST_CODES:
-        return "lost"
-    if code in FATAL_CODES:
-        return "fatal"
     # RETRY_CODES, and codes we do not know: keep trying while the lease has time;
     # a persistent error turns into "lost" at the lease's deadline.
-    return "retry"
+    return ERRORS.kind(code) or "retry"
 
 
 def _detail_of_code(code: str, message: Any, secrets: Iterable[str]) -> str:
@@ -233,20 +244,19 @@ def classify_error(exc: BaseException, secrets: Iterable[str] = ()) -> tuple[Out
     return "retry", f"unexpected {type(exc).__name__}"
 
 
-class MNSQueueError(BackendError):
-    """A receive (or the queue-attribute read it needs) failed.
+class MNSQueueError(ReceiveError):
+    """A receive (or the queue-attribute read it needs) failed: MNS's ``ReceiveError``.
 
     ``kind`` is "retry" (transient) or "fatal"; ``detail`` the error code. The
     text is built from the code only: the SDK's exception is not chained (its
     text can quote a whole response, receipt handles included).
     """
 
-    def __init__(self, operation: str, kind: str, detail: str, request_id: str = "") -> None:
+    def __init__(
+        self, operation: str, kind: ReceiveErrorKind, detail: str, request_id: str = ""
+    ) -> None:
         where = f" [request id {request_id}]" if request_id else ""
-        LeaseError.__init__(self, f"MNS {operation} failed ({kind}): {detail}{where}")
-        self.operation = operation
-        self.message_id = ""
-        self.kind = kind
+        super().__init__(kind, f"{detail}{where}", operation=operation, service="MNS")
         self.detail = detail
         self.request_id = request_id
 
@@ -254,15 +264,6 @@ class MNSQueueError(BackendError):
 def _request_id(exc: BaseException) -> str:
     rid = getattr(exc, "req_id", None)
     return rid if isinstance(rid, str) and _CODE_SHAPE.fullmatch(rid) else ""
-
-
-def _ceil_seconds(seconds: float) -> int:
-    """Round up to whole seconds, ignoring float noise (2.0000000001 -> 2)."""
-    return math.ceil(seconds - 1e-9)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _body(content: Any) -> str | bytes:
@@ -309,13 +310,57 @@ def _set_timeout(queue: Any, seconds: float) -> None:
         sock.settimeout(seconds)
 
 
-class _Local(threading.local):
-    queue: Any = None
-    pid: int = 0
-    timeout: float = -1.0
+class _Connection:
+    """One thread's own SDK Queue (and the one connection under it)."""
+
+    __slots__ = ("__weakref__", "queue", "timeout")
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
+        self.timeout = -1.0  # the socket timeout last set
 
 
-class MNSBackend:
+class _QueueFactory:
+    """Makes SDK Queues like the one given: same endpoint, credentials, encoding."""
+
+    def __init__(self, queue: Any, name: str) -> None:
+        client = queue.mns_client
+        scheme = "https" if getattr(client, "is_https", False) else "http"
+        self._endpoint = f"{scheme}://{client.host}"
+        self._name = name
+        self._provider: Any = client.credentials_provider
+        self._encoding = bool(getattr(queue, "encoding", True))
+        self._keep_alive = bool(getattr(client.http, "keep_alive", True))
+        self._version: str = str(getattr(client, "version", "2015-06-06"))
+
+    def credentials_provider(self) -> Any:
+        """A provider for a new client: a copy of a static one, else the same object.
+
+        A custom provider (STS refresh, alibabacloud_credentials) is shared, so its
+        refreshed tokens reach every thread; such providers must be thread-safe.
+        """
+        provider = self._provider
+        if type(provider) is StaticCredentialsProvider:
+            creds = provider.get_credentials()
+            return StaticCredentialsProvider(
+                creds.get_access_key_id(),
+                creds.get_access_key_secret(),
+                creds.get_security_token() or "",
+            )
+        return provider
+
+    def new_queue(self) -> Any:
+        """A new Account and Queue for the calling thread (never shared)."""
+        account = Account(self._endpoint, credentials_provider=self.credentials_provider())
+        client = account.mns_client
+        client.version = self._version
+        client.http.set_keep_alive(self._keep_alive)
+        queue = account.get_queue(self._name)
+        queue.set_encoding(self._encoding)
+        return queue
+
+
+class MNSBackend(CloudBackend):
     """leasekeeper's backend for one MNS queue.
 
     ``MNSBackend(queue, *, clock=None, queue_visibility_timeout=None)``.
@@ -325,7 +370,19 @@ class MNSBackend:
     is the queue's VisibilityTimeout, if you know it: otherwise it is read once
     with GetQueueAttributes when first needed and cached (call
     ``refresh_queue_attributes()`` after changing it).
+
+    ``extend`` is ChangeMessageVisibility to ``ceil(timeout)`` seconds for each
+    handle (a new receipt each); ``release`` the same to the delay rounded down,
+    but at least 1 s (MNS refuses 0, so ``release(delay=0)`` makes the message
+    visible after one second); ``delete`` is DeleteMessage for one handle and
+    BatchDeleteMessage (16 a call) for several.
     """
+
+    service = "MNS"
+    logger = log
+    bad_argument_code = "InvalidArgument"
+    min_receive_visibility = MIN_VISIBILITY  # the change after a receive refuses 0
+    min_release = MIN_VISIBILITY  # ChangeMessageVisibility refuses 0
 
     max_batch = MAX_BATCH
     max_visibility = float(MAX_VISIBILITY)
@@ -350,7 +407,7 @@ class MNSBackend:
         if not isinstance(host, str) or not host:
             raise ValueError("the queue's MNS client has no host")
         if queue_visibility_timeout is not None and not (
-            _finite(queue_visibility_timeout)
+            is_seconds(queue_visibility_timeout)
             and MIN_VISIBILITY <= queue_visibility_timeout <= MAX_VISIBILITY
         ):
             raise ValueError(
@@ -359,20 +416,17 @@ class MNSBackend:
             )
         self.queue_name: str = str(queue.queue_name)
         self.host: str = host
-        scheme = "https" if getattr(client, "is_https", False) else "http"
-        self._endpoint = f"{scheme}://{host}"
         self._provider: Any = client.credentials_provider
-        self._encoding = bool(getattr(queue, "encoding", True))
-        self._keep_alive = bool(getattr(client.http, "keep_alive", True))
-        self._version: str = str(getattr(client, "version", "2015-06-06"))
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
-        self._local = _Local()
-        # Guards _queue_vt and _clients.
+        self._factory = _QueueFactory(queue, self.queue_name)
+        self._clients = ThreadClients(
+            lambda: _Connection(self._new_queue()), _close_connection, log
+        )
+        # Guards _queue_vt.
         self._lock = threading.Lock()
         self._queue_vt: float | None = (
             None if queue_visibility_timeout is None else float(queue_visibility_timeout)
         )
-        self._clients: weakref.WeakSet[Any] = weakref.WeakSet()
         self._skew_warned = False
 
     def __repr__(self) -> str:
@@ -380,70 +434,30 @@ class MNSBackend:
 
     # ------------------------------------------------------------------ clients
 
-    def _credentials_provider(self) -> Any:
-        """A provider for a new client: a copy of a static one, else the same object.
-
-        A custom provider (STS refresh, alibabacloud_credentials) is shared, so its
-        refreshed tokens reach every thread; such providers must be thread-safe.
-        """
-        provider = self._provider
-        if type(provider) is StaticCredentialsProvider:
-            creds = provider.get_credentials()
-            return StaticCredentialsProvider(
-                creds.get_access_key_id(),
-                creds.get_access_key_secret(),
-                creds.get_security_token() or "",
-            )
-        return provider
-
     def _new_queue(self) -> Any:
-        """A new Account and Queue for the calling thread (never shared)."""
-        account = Account(self._endpoint, credentials_provider=self._credentials_provider())
-        client = account.mns_client
-        client.version = self._version
-        client.http.set_keep_alive(self._keep_alive)
-        queue = account.get_queue(self.queue_name)
-        queue.set_encoding(self._encoding)
-        return queue
+        return self._factory.new_queue()
 
     def _queue(self, timeout: float = CALL_TIMEOUT) -> Any:
         """This thread's own Queue (a new one after a fork: sockets are not shared)."""
-        local = self._local
-        pid = os.getpid()
-        if local.queue is None or local.pid != pid:
-            queue = self._new_queue()
-            local.queue = queue
-            local.pid = pid
-            local.timeout = -1.0
-            with self._lock:
-                self._clients.add(queue)
-        if local.timeout != timeout:
+        connection = self._clients.get()
+        if connection.timeout != timeout:
             try:
-                _set_timeout(local.queue, timeout)
-                local.timeout = timeout
+                _set_timeout(connection.queue, timeout)
+                connection.timeout = timeout
             except Exception as exc:  # an SDK whose internals moved: keep its defaults
                 log.debug("could not set the MNS client's timeout: %s", type(exc).__name__)
-        return local.queue
+        return connection.queue
 
     def close(self) -> None:
         """Close the connections of the per-thread clients this backend made.
 
-        A thread that calls the backend afterwards reconnects. The ``Queue`` you
-        passed in is untouched: it is yours.
+        A thread that calls the backend afterwards gets a new client. The ``Queue``
+        you passed in is untouched: it is yours.
         """
-        with self._lock:
-            clients = list(self._clients)
-        for queue in clients:
-            try:
-                queue.mns_client.close_connection()
-            except Exception as exc:
-                log.debug("closing a per-thread MNS connection failed: %s", type(exc).__name__)
+        self._clients.close()
 
     def __enter__(self) -> MNSBackend:
         return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def _secrets(self, handles: Iterable[str] = ()) -> list[str]:
         """What ``scrub`` must blank out of an error's text: these handles and the key."""
@@ -470,26 +484,17 @@ class MNSBackend:
         queue = self._queue()
         request = GetQueueAttributesRequest(self.queue_name)
         response = GetQueueAttributesResponse()
-        error: MNSQueueError | None = None
+        error: ReceiveError | None = None
         try:
             # The client call, not Queue.get_attributes(): that one fills deprecated
             # QueueMeta fields and warns about each.
             queue.mns_client.get_queue_attributes(request, response)
         except Exception as exc:
-            kind, detail = classify_error(exc, self._secrets())
-            if kind == "lost":  # MessageNotExist means nothing for a queue read
-                kind = "retry"
-            if detail.split(":", 1)[0] in AUTH_CODES:
-                detail += (
-                    " (reading the queue's VisibilityTimeout needs mns:GetQueueAttributes; "
-                    "or pass MNSBackend(queue, queue_visibility_timeout=...))"
-                )
-            log.debug("GetQueueAttributes of %r failed (%s): %s", self, kind, detail)
-            error = MNSQueueError("GetQueueAttributes", kind, detail, _request_id(exc))
+            error = self.receive_error(exc, "GetQueueAttributes")
         if error is not None:
             raise error  # outside the except block: no chained SDK exception
         seconds = response.visibility_timeout
-        if not _finite(seconds) or not MIN_VISIBILITY <= seconds <= MAX_VISIBILITY:
+        if not is_seconds(seconds) or not MIN_VISIBILITY <= seconds <= MAX_VISIBILITY:
             raise MNSQueueError(
                 "GetQueueAttributes", "retry", f"unexpected VisibilityTimeout {seconds!r}"
             )
@@ -511,54 +516,50 @@ class MNSBackend:
         wait_seconds: float = 0.0,
         visibility_timeout: float | None = None,
     ) -> list[Message]:
-        """Receive up to ``max_messages`` (at most 16) messages with BatchReceiveMessage.
+        """Receive up to ``max_messages`` (at most 16 a call) with BatchReceiveMessage.
 
-        ``wait_seconds`` is the long poll, rounded up to whole seconds and capped at
-        30. ``visibility_timeout`` (0 < T <= 43200): the queue's own timeout applies
-        to a receive; when T differs from it (after rounding T up), each message is
-        changed to T at once (one ChangeMessageVisibility each). None keeps the
-        queue's timeout. A failure raises ``MNSQueueError`` (an empty queue is ``[]``).
+        ``wait_seconds`` is the long poll, rounded **up** to whole seconds and capped
+        at 30. ``visibility_timeout`` (0 < T <= 43200): the queue's own timeout
+        applies to a receive; when T differs from it (after rounding T up), each
+        message is changed to T at once (one ChangeMessageVisibility each). None
+        keeps the queue's timeout. A failure raises ``MNSQueueError`` (a
+        ``ReceiveError``; an empty queue is ``[]``).
         """
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int):
-            raise TypeError(f"max_messages must be an int, got {max_messages!r}")
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages!r}")
-        if not (_finite(wait_seconds) and wait_seconds >= 0):
-            raise ValueError(f"wait_seconds must be a finite number >= 0, got {wait_seconds!r}")
-        if visibility_timeout is not None and not (
-            _finite(visibility_timeout) and 0 < visibility_timeout <= MAX_VISIBILITY
-        ):
-            raise ValueError(
-                f"visibility_timeout must be > 0 and <= {MAX_VISIBILITY} seconds, got "
-                f"{visibility_timeout!r}"
-            )
-        count = min(max_messages, MAX_RECEIVE)
-        wait = min(MAX_WAIT_SECONDS, _ceil_seconds(float(wait_seconds)))
+        return super().receive(max_messages, wait_seconds, visibility_timeout)
+
+    def receive_messages(self, count: int, wait: float, visibility: float | None) -> list[Message]:
+        poll = whole_seconds(wait, up=True)
         queue_vt = self.queue_visibility_timeout()  # before receiving: never strand messages
-        queue = self._queue(CALL_TIMEOUT + wait)
+        queue = self._queue(CALL_TIMEOUT + poll)
         received_at = self.clock.now()  # just before the request: rule 1
-        raws = self._receive_raw(queue, count, wait)
+        raws = self._receive_raw(queue, count, poll)
         if not raws:
             return []
         offset = self.clock.wall() - self.clock.now()  # epoch - monotonic, read together
-        if visibility_timeout is None or _ceil_seconds(visibility_timeout) == int(queue_vt):
-            asked = queue_vt if visibility_timeout is None else float(visibility_timeout)
+        if visibility is None or whole_seconds(visibility, up=True) == int(queue_vt):
+            asked = queue_vt if visibility is None else visibility
             return [self._received(raw, received_at, min(asked, queue_vt), offset) for raw in raws]
-        return self._rehide(raws, received_at, float(visibility_timeout), queue_vt, offset)
+        return self._rehide(raws, received_at, visibility, queue_vt, offset)
 
     def _receive_raw(self, queue: Any, count: int, wait: int) -> list[Any]:
-        error: MNSQueueError | None = None
+        error: ReceiveError | None = None
         try:
             return list(queue.batch_receive_message(count, wait))
         except Exception as exc:
-            kind, detail = classify_error(exc, self._secrets())
             if isinstance(exc, MNSServerException) and _code_of(exc) == "MessageNotExist":
                 return []  # on receive, MessageNotExist means "no message"
-            if kind == "lost":
-                kind = "retry"
-            log.debug("receive from %r failed (%s): %s", self, kind, detail)
-            error = MNSQueueError("receive", kind, detail, _request_id(exc))
+            error = self.receive_error(exc)
         raise error  # outside the except block: no chained SDK exception
+
+    def new_receive_error(
+        self, kind: ReceiveErrorKind, detail: str, operation: str, exc: BaseException
+    ) -> MNSQueueError:
+        if operation == "GetQueueAttributes" and detail.split(":", 1)[0] in AUTH_CODES:
+            detail += (
+                " (reading the queue's VisibilityTimeout needs mns:GetQueueAttributes; "
+                "or pass MNSBackend(queue, queue_visibility_timeout=...))"
+            )
+        return MNSQueueError(operation, kind, detail, _request_id(exc))
 
     def _rehide(
         self,
@@ -569,7 +570,7 @@ class MNSBackend:
         offset: float,
     ) -> list[Message]:
         """Change each message's invisibility to ``asked`` (receive cannot choose it)."""
-        seconds = max(MIN_VISIBILITY, _ceil_seconds(asked))
+        seconds = max(MIN_VISIBILITY, whole_seconds(asked, up=True))
         queue = self._queue()
         out: list[Message] = []
         for raw in raws:
@@ -622,36 +623,12 @@ class MNSBackend:
                     received_at - hint,
                 )
             hint = None
-        return self._message(raw, received_at, vis, hint)
+        return _message(self, raw, received_at, vis, hint)
 
     @staticmethod
     def _hint(raw: Any, offset: float, margin: float) -> float | None:
         ms = _epoch_ms(getattr(raw, "next_visible_time", None))
         return None if ms is None else ms / 1000.0 - offset - margin
-
-    def _message(self, raw: Any, received_at: float, vis: float, hint: float | None) -> Message:
-        message_id = raw.message_id
-        if not isinstance(message_id, str) or not message_id:
-            raise ValueError("the MNS message has no message_id: it cannot be leased")
-        receipt = raw.receipt_handle
-        if not isinstance(receipt, str) or not receipt:
-            raise ValueError(
-                f"message {message_id!r} has no receipt handle (was it peeked or sent "
-                "rather than received?): it cannot be leased"
-            )
-        count = raw.dequeue_count
-        return Message(
-            id=message_id,
-            body=_body(raw.message_body),
-            receipt=receipt,
-            backend=self,
-            received_at=received_at,
-            visibility_timeout=vis,
-            receive_count=count if isinstance(count, int) and count > 0 else 1,
-            raw=raw,
-            deadline_hint=hint,
-            hard_deadline=None,  # MNS documents no cap on the total invisibility
-        )
 
     def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
         """Turn an ``mns.queue.Message`` you received yourself into a Message to register.
@@ -667,7 +644,7 @@ class MNSBackend:
             )
         if visibility_timeout is None:
             vis = self.queue_visibility_timeout()
-        elif _finite(visibility_timeout) and visibility_timeout >= 0:
+        elif is_seconds(visibility_timeout) and visibility_timeout >= 0:
             vis = float(visibility_timeout)
         else:
             raise ValueError(
@@ -676,80 +653,45 @@ class MNSBackend:
         now = self.clock.now()
         offset = self.clock.wall() - now
         hint = self._hint(raw, offset, margin=ADOPT_SKEW_MARGIN)
-        return self._message(raw, now, vis, hint)
+        return _message(self, raw, now, vis, hint)
 
     # ------------------------------------------------------------------ the manager's calls
 
-    def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
-        """ChangeMessageVisibility to ``ceil(timeout)`` seconds each; a new receipt each."""
-        seconds = _ceil_seconds(timeout) if _finite(timeout) else -1
-        if not MIN_VISIBILITY <= seconds <= MAX_VISIBILITY:
-            detail = (
-                f"InvalidArgument: extend by {timeout!r}s is outside "
-                f"{MIN_VISIBILITY}..{MAX_VISIBILITY}s (not sent)"
-            )
-            return [Outcome("fatal", detail=detail) for _ in handles]
-        return [self._change(handle, seconds, "extend") for handle in handles]
+    def send_extend(self, handles: Sequence[Handle], seconds: int) -> list[Outcome]:
+        return self.per_entry("extend", handles, lambda handle: self._change(handle, seconds))
 
-    def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
-        """ChangeMessageVisibility to ``delay`` rounded down, but at least 1 s.
+    def send_release(self, handles: Sequence[Handle], seconds: int) -> list[Outcome]:
+        return self.per_entry("release", handles, lambda handle: self._change(handle, seconds))
 
-        MNS refuses 0 seconds, so ``release(delay=0)`` makes the message visible
-        again after one second.
-        """
-        if not (_finite(delay) and delay >= 0):
-            detail = f"InvalidArgument: release delay {delay!r}s is not a number >= 0 (not sent)"
-            return [Outcome("fatal", detail=detail) for _ in handles]
-        seconds = min(MAX_VISIBILITY, max(MIN_VISIBILITY, math.floor(delay + 1e-9)))
-        return [self._change(handle, seconds, "release") for handle in handles]
-
-    def _change(self, handle: Handle, seconds: int, operation: str) -> Outcome:
-        queue = self._queue()
-        try:
-            answer = queue.change_message_visibility(handle.receipt, seconds)
-        except Exception as exc:
-            return self._failed(operation, handle, exc)
+    def _change(self, handle: Handle, seconds: int) -> Outcome:
+        answer = self._queue().change_message_visibility(handle.receipt, seconds)
         receipt = getattr(answer, "receipt_handle", None)
         if not isinstance(receipt, str) or not receipt:
             # The old receipt is dead and the new one is unknown: the lease is gone.
             return Outcome("lost", detail="no ReceiptHandle in the ChangeVisibility answer")
         return Outcome("ok", receipt=receipt)
 
-    def delete(self, handles: Sequence[Handle]) -> list[Outcome]:
-        """DeleteMessage for one handle; BatchDeleteMessage (16 a call) for several."""
-        if len(handles) == 1:
-            return [self._delete_one(handles[0])]
+    def send_delete(self, handles: Sequence[Handle]) -> list[Outcome]:
         out: list[Outcome] = []
         for start in range(0, len(handles), MAX_DELETE_BATCH):
-            out.extend(self._delete_batch(handles[start : start + MAX_DELETE_BATCH]))
+            batch = handles[start : start + MAX_DELETE_BATCH]
+            out.extend(self.whole_call("delete", batch, self._delete))
         return out
 
-    def _delete_one(self, handle: Handle) -> Outcome:
+    def _delete(self, handles: Sequence[Handle]) -> list[Outcome]:
+        """DeleteMessage for one handle, BatchDeleteMessage for several: raises what
+        the SDK raises, but a batch that failed entry by entry answers per entry."""
         queue = self._queue()
-        try:
-            queue.delete_message(handle.receipt)
-        except Exception as exc:
-            return self._failed("delete", handle, exc)
-        return Outcome("ok")
-
-    def _delete_batch(self, handles: Sequence[Handle]) -> list[Outcome]:
         if len(handles) == 1:
-            return [self._delete_one(handles[0])]
-        queue = self._queue()
+            queue.delete_message(handles[0].receipt)
+            return [Outcome("ok")]
         try:
             queue.batch_delete_message([h.receipt for h in handles])
-        except Exception as exc:
+        except MNSServerException as exc:
             sub_errors = getattr(exc, "sub_errors", None)
-            if isinstance(exc, MNSServerException) and isinstance(sub_errors, list) and sub_errors:
+            if isinstance(sub_errors, list) and sub_errors:
                 return self._batch_outcomes(handles, sub_errors, exc)
-            kind, detail = classify_error(exc, self._secrets(h.receipt for h in handles))
-            if kind == "lost":
-                # A whole-call "lost" does not say which entry: ask one at a time.
-                return [self._delete_one(handle) for handle in handles]
-            log.debug(
-                "batch delete of %d message(s) on %r: %s (%s)", len(handles), self, kind, detail
-            )
-            return [Outcome(kind, detail=detail) for _ in handles]
+            raise
         return [Outcome("ok") for _ in handles]
 
     def _batch_outcomes(
@@ -769,23 +711,16 @@ class MNSBackend:
                     else ("UnknownError")
                 )
         secrets = self._secrets(h.receipt for h in handles)
+        note = self.failure_note(exc, ())
         out: list[Outcome] = []
         for handle in handles:
             code = failed.pop(handle.receipt, None)
             if code is None:
                 out.append(Outcome("ok"))
                 continue
-            kind = _kind_of_code(code)
-            detail = _detail_of_code(code, "", secrets)
-            log.debug(
-                "delete of message %r on %r: %s (%s) [request id %s]",
-                handle.message_id,
-                self,
-                kind,
-                detail,
-                _request_id(exc),
-            )
-            out.append(Outcome(kind, detail=detail))
+            outcome = Outcome(_kind_of_code(code), detail=_detail_of_code(code, "", secrets))
+            self.log_failure("delete", [handle], outcome, note)
+            out.append(outcome)
         if failed:
             log.warning(
                 "BatchDeleteMessage on %r reported %d error(s) for handles it was not sent",
@@ -794,15 +729,45 @@ class MNSBackend:
             )
         return out
 
-    def _failed(self, operation: str, handle: Handle, exc: BaseException) -> Outcome:
-        kind, detail = classify_error(exc, self._secrets([handle.receipt]))
-        log.debug(
-            "%s of message %r on %r: %s (%s)%s",
-            operation,
-            handle.message_id,
-            self,
-            kind,
-            detail,
-            f" [request id {_request_id(exc)}]" if _request_id(exc) else "",
-        )
+    # ------------------------------------------------------------------ errors
+
+    def classify(self, exc: BaseException, receipts: Sequence[str] = ()) -> Outcome:
+        """``classify_error``, with ``receipts`` and the access key blanked out."""
+        kind, detail = classify_error(exc, self._secrets(receipts))
         return Outcome(kind, detail=detail)
+
+    def failure_note(self, exc: BaseException, receipts: Sequence[str]) -> str:
+        request_id = _request_id(exc)
+        return f"request id {request_id}" if request_id else ""
+
+
+def _close_connection(connection: _Connection) -> None:
+    connection.queue.mns_client.close_connection()
+
+
+def _message(
+    backend: MNSBackend, raw: Any, received_at: float, vis: float, hint: float | None
+) -> Message:
+    """A leasekeeper Message of ``backend`` for the SDK message ``raw``."""
+    message_id = raw.message_id
+    if not isinstance(message_id, str) or not message_id:
+        raise ValueError("the MNS message has no message_id: it cannot be leased")
+    receipt = raw.receipt_handle
+    if not isinstance(receipt, str) or not receipt:
+        raise ValueError(
+            f"message {message_id!r} has no receipt handle (was it peeked or sent "
+            "rather than received?): it cannot be leased"
+        )
+    count = raw.dequeue_count
+    return Message(
+        id=message_id,
+        body=_body(raw.message_body),
+        receipt=receipt,
+        backend=backend,
+        received_at=received_at,
+        visibility_timeout=vis,
+        receive_count=count if isinstance(count, int) and count > 0 else 1,
+        raw=raw,
+        deadline_hint=hint,
+        hard_deadline=None,  # MNS documents no cap on the total invisibility
+    )

@@ -24,10 +24,13 @@ How SQS maps onto the backend contract (see docs/backends/sqs.md):
   *whole-call* "lost" or "capped" answer on a batch of several entries (which does
   not say which entry it is about) is resolved by re-sending each entry as a
   batch of one.
-- VisibilityTimeout is an int: extends round **up** (the manager counts its
-  deadline from the float it asked for, so a longer real invisibility is the
-  safe side); release delays round **down** (a released message, and on a FIFO
-  queue its message group, is never held back longer than asked).
+- VisibilityTimeout and WaitTimeSeconds are ints: extends round **up** (the
+  manager counts its deadline from the float it asked for, so a longer real
+  invisibility is the safe side), and so does a receive's long poll (0.5 s is a
+  1 s poll, not a 0 s one that would make an idle worker busy-poll; see
+  ``CloudBackend.receive`` for why the deadlines stay safe); release delays
+  round **down** (a released message, and on a FIFO queue its message group, is
+  never held back longer than asked).
 - SQS lets a message stay invisible at most 12 hours (43200 s) after the receive
   that issued its handle. ``Message.hard_deadline`` is ``received_at + 43200 -
   hard_deadline_margin`` (60 s by default), so the manager stops extending, and
@@ -40,7 +43,9 @@ such as ``AWS.SimpleQueueService.NonExistentQueue`` and ``QueryErrorCode`` the
 short one), for whole-call errors and per-entry ``Failed`` codes alike: see
 ``classify_error``. ``Outcome.detail`` carries error codes and fixed phrases only,
 never the service's message text, which can quote the receipt handle; the message
-text is logged at DEBUG level with anything handle-like scrubbed out.
+text is logged at DEBUG level with anything handle-like scrubbed out. A failed
+``receive`` raises ``leasekeeper.errors.ReceiveError`` ("retry" or "fatal"), with
+the botocore exception chained as its cause (a receive request carries no receipt).
 """
 
 from __future__ import annotations
@@ -49,14 +54,13 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 try:
     import boto3  # noqa: F401 - the extra's dependency; imported to fail early and clearly
     from botocore.exceptions import (
         BaseEndpointResolverError,
-        BotoCoreError,
         ClientError,
         InvalidConfigError,
         NoCredentialsError,
@@ -75,14 +79,19 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
 
 from leasekeeper.backends.base import (
     REDACTED,
+    CloudBackend,
+    ErrorTable,
     Handle,
     Message,
     Outcome,
     OutcomeKind,
+    check_seconds,
     chunked,
     redact,
+    whole_seconds,
 )
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
+from leasekeeper.errors import ReceiveError
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -172,6 +181,7 @@ _BUG_CODES = frozenset(
     }
 )
 _INVALID_PARAMETER = frozenset({"InvalidParameterValue", "InvalidParameterValueException"})
+ERRORS = ErrorTable(lost=_LOST_CODES, retry=_RETRY_CODES, fatal=_FATAL_CODES, bug=_BUG_CODES)
 
 # InvalidParameterValue is told apart by its message text: (lower-cased phrase, kind, note).
 _INVALID_PARAMETER_CASES: tuple[tuple[str, OutcomeKind, str], ...] = (
@@ -231,6 +241,7 @@ def classify_error(
     detail = " / ".join(dict.fromkeys(codes)) or "unknown error"
     kind: OutcomeKind = "retry"
     note = ""
+    known = ERRORS.kind(*shorts)
     if shorts & _INVALID_PARAMETER:
         text = message.lower() if isinstance(message, str) else ""
         kind, note = "fatal", "request rejected (a leasekeeper bug? please report)"
@@ -238,14 +249,10 @@ def classify_error(
             if phrase in text:
                 kind, note = case_kind, case_note
                 break
-    elif shorts & _LOST_CODES:
-        kind = "lost"
-    elif shorts & _FATAL_CODES:
-        kind = "fatal"
-    elif shorts & _BUG_CODES:
-        kind, note = "fatal", "malformed request (a leasekeeper bug, please report)"
-    elif shorts & _RETRY_CODES:
-        kind = "retry"
+    elif known is not None:
+        kind = known
+        if known == "fatal" and not shorts & ERRORS.fatal - ERRORS.bug:
+            note = "malformed request (a leasekeeper bug, please report)"
     elif status is not None and status >= 500:
         note = f"HTTP {status}"
     elif sender_fault is False:
@@ -341,7 +348,7 @@ def _int_attribute(attributes: Mapping[str, Any], name: str) -> int | None:
         return None
 
 
-class SQSBackend:
+class SQSBackend(CloudBackend):
     """Leases on one SQS queue (standard or FIFO), through a boto3 SQS client.
 
     ``client`` is ``boto3.client("sqs", ...)`` (clients are thread-safe; resources
@@ -358,6 +365,12 @@ class SQSBackend:
     ``connect_timeout``/``read_timeout`` keep a hung call from eating the
     extend threshold (see docs/backends/sqs.md).
     """
+
+    service = "SQS"
+    logger = log
+    bad_argument_code = "InvalidParameterValue"
+    min_receive_visibility = 0  # VisibilityTimeout=0: received and visible at once
+    min_release = 0
 
     max_batch: int = MAX_BATCH
     max_visibility: float = float(MAX_VISIBILITY)
@@ -404,20 +417,27 @@ class SQSBackend:
     # ------------------------------------------------------------------ queue settings
 
     def queue_visibility_timeout(self) -> float:
-        """The queue's VisibilityTimeout attribute, read once (GetQueueAttributes) and cached."""
+        """The queue's VisibilityTimeout attribute, read once (GetQueueAttributes) and
+        cached. A failed read raises ``ReceiveError`` (operation "GetQueueAttributes")."""
         with self._attr_lock:
             if self._queue_visibility is None:
-                response = self._client.get_queue_attributes(
-                    QueueUrl=self.queue_url, AttributeNames=["VisibilityTimeout"]
-                )
+                try:
+                    response = self._client.get_queue_attributes(
+                        QueueUrl=self.queue_url, AttributeNames=["VisibilityTimeout"]
+                    )
+                except Exception as exc:
+                    raise self.receive_error(exc, "GetQueueAttributes") from exc
                 value = response.get("Attributes", {}).get("VisibilityTimeout")
                 try:
                     seconds = float(value) if value is not None else math.nan
                 except (TypeError, ValueError):
                     seconds = math.nan
                 if not 0 <= seconds <= MAX_VISIBILITY:
-                    raise RuntimeError(
-                        f"GetQueueAttributes gave no usable VisibilityTimeout for {self!r}"
+                    raise ReceiveError(
+                        "retry",
+                        "no usable VisibilityTimeout in the answer",
+                        operation="GetQueueAttributes",
+                        service=self.service,
                     )
                 self._queue_visibility = seconds
                 log.debug("queue %s: VisibilityTimeout is %gs", self.queue_url, seconds)
@@ -426,16 +446,7 @@ class SQSBackend:
     def _visibility(self, visibility_timeout: float | None) -> float:
         if visibility_timeout is None:
             return self.queue_visibility_timeout()
-        if (
-            isinstance(visibility_timeout, bool)
-            or not isinstance(visibility_timeout, (int, float))
-            or not 0 <= visibility_timeout <= MAX_VISIBILITY
-        ):
-            raise ValueError(
-                f"visibility_timeout must be between 0 and {MAX_VISIBILITY} seconds "
-                f"(SQS's limits), got {visibility_timeout!r}"
-            )
-        return float(visibility_timeout)
+        return check_seconds("visibility_timeout", visibility_timeout, high=MAX_VISIBILITY)
 
     # ------------------------------------------------------------------ receiving
 
@@ -445,62 +456,54 @@ class SQSBackend:
         wait_seconds: float = 0.0,
         visibility_timeout: float | None = None,
     ) -> list[Message]:
-        """ReceiveMessage: up to ``max_messages`` (1-10), long-polling up to
-        ``wait_seconds`` (0-20; a fraction is rounded down to whole seconds), hidden
-        for ``visibility_timeout`` seconds (0-43200; default: the queue's own, read
-        once with GetQueueAttributes). Errors from boto3 propagate.
+        """ReceiveMessage: up to ``max_messages`` (at most 10 a call), long-polling up
+        to ``wait_seconds`` (at most 20; a fraction is rounded **up** to whole
+        seconds), hidden for ``visibility_timeout`` seconds (0-43200; default: the
+        queue's own, read once with GetQueueAttributes). A failure of the call
+        raises ``ReceiveError`` ("retry" or "fatal"; the botocore error is its cause).
         """
-        if (
-            isinstance(max_messages, bool)
-            or not isinstance(max_messages, int)
-            or not 1 <= max_messages <= MAX_BATCH
-        ):
-            raise ValueError(
-                f"max_messages must be an integer from 1 to {MAX_BATCH} (SQS's limit), "
-                f"got {max_messages!r}"
-            )
-        if (
-            isinstance(wait_seconds, bool)
-            or not isinstance(wait_seconds, (int, float))
-            or not 0 <= wait_seconds <= MAX_WAIT_SECONDS
-        ):
-            raise ValueError(
-                f"wait_seconds must be between 0 and {MAX_WAIT_SECONDS} seconds "
-                f"(SQS's long-poll limit), got {wait_seconds!r}"
-            )
-        visibility = self._visibility(visibility_timeout)
-        # Down: the long poll counts against the received messages' known invisibility.
-        wait = math.floor(wait_seconds)
+        return super().receive(max_messages, wait_seconds, visibility_timeout)
+
+    def receive_messages(self, count: int, wait: float, visibility: float | None) -> list[Message]:
+        vis = self._visibility(visibility)
+        # Up: 0.5 s is a 1 s long poll, not a 0 s one (an idle worker would
+        # busy-poll). The deadline below counts from before the request, so the
+        # poll's length never makes it later than SQS's own (CloudBackend.receive).
+        poll = whole_seconds(wait, up=True)
         # Asking for the float's ceiling: the real invisibility is never shorter than
         # the visibility the deadline is computed from.
-        asked = math.ceil(visibility)
+        asked = whole_seconds(vis, up=True)
         # Rule 1: the deadline counts from just before the request is sent.
         received_at = self.clock.now()
-        if self._system_attribute_names:
-            response = self._client.receive_message(
-                QueueUrl=self.queue_url,
-                MaxNumberOfMessages=max_messages,
-                WaitTimeSeconds=wait,
-                VisibilityTimeout=asked,
-                MessageSystemAttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            )
-        else:  # pragma: no cover - botocore older than MessageSystemAttributeNames
-            response = self._client.receive_message(
-                QueueUrl=self.queue_url,
-                MaxNumberOfMessages=max_messages,
-                WaitTimeSeconds=wait,
-                VisibilityTimeout=asked,
-                AttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            )
+        try:
+            if self._system_attribute_names:
+                response = self._client.receive_message(
+                    QueueUrl=self.queue_url,
+                    MaxNumberOfMessages=count,
+                    WaitTimeSeconds=poll,
+                    VisibilityTimeout=asked,
+                    MessageSystemAttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                )
+            else:  # pragma: no cover - botocore older than MessageSystemAttributeNames
+                response = self._client.receive_message(
+                    QueueUrl=self.queue_url,
+                    MaxNumberOfMessages=count,
+                    WaitTimeSeconds=poll,
+                    VisibilityTimeout=asked,
+                    AttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                )
+        except Exception as exc:
+            # A receive request carries no receipt: the botocore error may be chained.
+            raise self.receive_error(exc) from exc
         hard_deadline = received_at + MAX_VISIBILITY - self.hard_deadline_margin
         messages = [
             self._message(
                 data=raw,
                 raw=raw,
                 received_at=received_at,
-                visibility=visibility,
+                visibility=vis,
                 deadline_hint=None,
                 hard_deadline=hard_deadline,
             )
@@ -562,7 +565,7 @@ class SQSBackend:
         leaves it in the future (a redelivered or long-queued message is not
         refused for an old timestamp).
         """
-        data, raw_obj = self._native(raw)
+        data, raw_obj = _native(raw, self.queue_url)
         visibility = self._visibility(visibility_timeout)
         now = self.clock.now()
         wall = self.clock.wall()
@@ -600,57 +603,42 @@ class SQSBackend:
             hard_deadline=hard_deadline,
         )
 
-    def _native(self, raw: Any) -> tuple[Mapping[str, Any], Any]:
-        """The message dict inside ``raw`` (a dict, or a boto3 resource Message)."""
-        if isinstance(raw, Mapping):
-            return raw, raw
-        meta = getattr(raw, "meta", None)
-        if meta is not None and hasattr(raw, "receipt_handle") and hasattr(raw, "queue_url"):
-            other = str(getattr(raw, "queue_url", "") or "")
-            if other and _queue_path(other) != _queue_path(self.queue_url):
-                raise ValueError(
-                    f"adopt(): the message is from queue {other!r}, not {self.queue_url!r}"
-                )
-            data = getattr(meta, "data", None)
-            if not isinstance(data, Mapping):
-                raise ValueError(
-                    "adopt(): this sqs.Message resource carries no message data (it was "
-                    "built from a receipt handle, not received); pass a received message"
-                )
-            merged = dict(data)
-            merged.setdefault("ReceiptHandle", raw.receipt_handle)
-            return merged, raw
-        raise TypeError(
-            "SQSBackend.adopt() takes a message dict from receive_message() or a boto3 "
-            f"sqs.Message resource, got {type(raw).__module__}.{type(raw).__qualname__}"
-        )
-
     # ------------------------------------------------------------------ batch operations
 
     def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
         """ChangeMessageVisibilityBatch to ``timeout`` seconds, rounded up."""
-        seconds = _seconds(timeout, math.ceil)
-        return self._run("extend", handles, seconds)
+        return super().extend(handles, timeout)
 
     def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
         """ChangeMessageVisibilityBatch to ``delay`` seconds, rounded down."""
-        seconds = _seconds(delay, math.floor)
-        return self._run("release", handles, seconds)
+        return super().release(handles, delay)
 
     def delete(self, handles: Sequence[Handle]) -> list[Outcome]:
         """DeleteMessageBatch."""
+        return super().delete(handles)
+
+    def send_extend(self, handles: Sequence[Handle], seconds: int) -> list[Outcome]:
+        return self._run("extend", handles, seconds)
+
+    def send_release(self, handles: Sequence[Handle], seconds: int) -> list[Outcome]:
+        return self._run("release", handles, seconds)
+
+    def send_delete(self, handles: Sequence[Handle]) -> list[Outcome]:
         return self._run("delete", handles, None)
 
     def _run(self, operation: str, handles: Sequence[Handle], seconds: int | None) -> list[Outcome]:
+        def send(batch: Sequence[Handle]) -> list[Outcome]:
+            return self._batch(operation, batch, seconds)
+
         out: list[Outcome] = []
         for chunk in chunked(handles, MAX_BATCH):
-            out.extend(self._batch(operation, chunk, seconds))
+            out.extend(self.whole_call(operation, chunk, send))
         return out
 
     def _batch(
         self, operation: str, handles: Sequence[Handle], seconds: int | None
     ) -> list[Outcome]:
-        receipts = [handle.receipt for handle in handles]
+        """One batch call; raises what boto3 raises (``whole_call`` maps it)."""
         ids = [str(index) for index in range(len(handles))]
         _OWN_CALL.active = not self.client_retries
         try:
@@ -674,19 +662,6 @@ class SQSBackend:
                 )
                 successful = change.get("Successful", [])
                 failed = change.get("Failed", [])
-        except (ClientError, BotoCoreError) as exc:
-            kind, detail, text = _classify_exception(exc)
-            detail = scrub(detail, receipts)
-            self._log_failure(operation, len(handles), Outcome(kind, detail=detail), text, receipts)
-            if kind in ("lost", "capped") and len(handles) > 1:
-                # A whole-call answer about a receipt, on a batch of several: find
-                # out which entry it is about, one at a time.
-                return [
-                    outcome
-                    for handle in handles
-                    for outcome in self._batch(operation, [handle], seconds)
-                ]
-            return [Outcome(kind, detail=detail)] * len(handles)
         finally:
             _OWN_CALL.active = False
         return self._outcomes(operation, handles, successful, failed)
@@ -700,11 +675,13 @@ class SQSBackend:
     ) -> list[Outcome]:
         """One outcome per handle, in order, from the batch's Successful/Failed lists."""
         ids = [str(index) for index in range(len(handles))]
+        by_index = dict(zip(ids, handles, strict=True))
         receipts = [handle.receipt for handle in handles]
         by_id: dict[str, Outcome] = {}
         for entry in successful:
             by_id[str(entry.get("Id"))] = Outcome("ok")
         for entry in failed:
+            entry_id = str(entry.get("Id"))
             code = str(entry.get("Code", "") or "")
             text = str(entry.get("Message", "") or "")
             sender_fault = entry.get("SenderFault")
@@ -714,9 +691,14 @@ class SQSBackend:
                 text,
                 sender_fault=sender_fault if isinstance(sender_fault, bool) else None,
             )
-            detail = scrub(detail, receipts)
-            failure = by_id[str(entry.get("Id"))] = Outcome(kind, detail=detail)
-            self._log_failure(operation, 1, failure, text, receipts)
+            failure = by_id[entry_id] = Outcome(kind, detail=scrub(detail, receipts))
+            handle = by_index.get(entry_id)
+            self.log_failure(
+                operation,
+                [handle] if handle is not None else handles,
+                failure,
+                _said(text, receipts),
+            )
         out: list[Outcome] = []
         for entry_id in ids:
             outcome = by_id.get(entry_id)
@@ -732,43 +714,46 @@ class SQSBackend:
             out.append(outcome)
         return out
 
-    def _log_failure(
-        self,
-        operation: str,
-        entries: int,
-        outcome: Outcome,
-        text: str,
-        receipts: Sequence[str],
-    ) -> None:
-        kind, detail = outcome.kind, outcome.detail
-        # Lost and transient answers are the manager's to report; a cap, a fatal or
-        # an unknown code is worth an operator's attention.
-        quiet = kind in ("lost", "retry") and not detail.endswith("unrecognised")
-        level = logging.DEBUG if quiet else logging.WARNING
-        if not log.isEnabledFor(level):
-            return
-        log.log(
-            level,
-            "%s of %d entr%s on %s: %s (%s)%s",
-            operation,
-            entries,
-            "y" if entries == 1 else "ies",
-            self.queue_url,
-            kind,
-            detail,
-            f"; service said: {scrub(text, receipts)}" if text else "",
-        )
+    # ------------------------------------------------------------------ errors
+
+    def classify(self, exc: BaseException, receipts: Sequence[str] = ()) -> Outcome:
+        """``classify_exception``, with ``receipts`` scrubbed out of the detail."""
+        kind, detail, _ = _classify_exception(exc)
+        return Outcome(kind, detail=scrub(detail, receipts))
+
+    def failure_note(self, exc: BaseException, receipts: Sequence[str]) -> str:
+        _, _, text = _classify_exception(exc)
+        return _said(text, receipts)
 
 
-def _seconds(value: float, rounding: Callable[[float], int]) -> int:
-    """A VisibilityTimeout for SQS: an int within 0..43200."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ValueError(f"a visibility timeout must be a number of seconds, got {value!r}")
-    if value <= 0:
-        return 0
-    if value >= MAX_VISIBILITY:
-        return MAX_VISIBILITY
-    return int(rounding(value))
+def _said(text: str, receipts: Sequence[str]) -> str:
+    """The service's own message for a log line, anything handle-like scrubbed out."""
+    return f"service said: {scrub(text, receipts)}" if text else ""
+
+
+def _native(raw: Any, queue_url: str) -> tuple[Mapping[str, Any], Any]:
+    """The message dict inside ``raw`` (a dict, or a boto3 resource Message) of the
+    queue at ``queue_url``."""
+    if isinstance(raw, Mapping):
+        return raw, raw
+    meta = getattr(raw, "meta", None)
+    if meta is not None and hasattr(raw, "receipt_handle") and hasattr(raw, "queue_url"):
+        other = str(getattr(raw, "queue_url", "") or "")
+        if other and _queue_path(other) != _queue_path(queue_url):
+            raise ValueError(f"adopt(): the message is from queue {other!r}, not {queue_url!r}")
+        data = getattr(meta, "data", None)
+        if not isinstance(data, Mapping):
+            raise ValueError(
+                "adopt(): this sqs.Message resource carries no message data (it was "
+                "built from a receipt handle, not received); pass a received message"
+            )
+        merged = dict(data)
+        merged.setdefault("ReceiptHandle", raw.receipt_handle)
+        return merged, raw
+    raise TypeError(
+        "SQSBackend.adopt() takes a message dict from receive_message() or a boto3 "
+        f"sqs.Message resource, got {type(raw).__module__}.{type(raw).__qualname__}"
+    )
 
 
 def _queue_path(url: str) -> str:

@@ -13,8 +13,9 @@ Wrap any backend (``MemoryQueue`` usually) and give each operation its fault rat
     clock.advance(3600)
     assert manager.stats().lost == faulty.injected("lost") + faulty.injected("stale")
 
-Messages received through the wrapper carry it as their ``backend``, so the
-manager's extend/delete/release calls pass through it. What each kind does:
+It is a ``ForwardingBackend``: messages received through the wrapper carry it as
+their ``backend``, so the manager's extend/delete/release calls pass through it.
+What each kind does:
 
 ==========  ====================================================================
 retry       per entry: ``Outcome("retry", detail="InternalError")`` (a 5xx)
@@ -44,8 +45,10 @@ latency     every call takes ``latency`` seconds longer
 spike       with probability ``spike``, a call takes ``spike_latency`` longer
 ==========  ====================================================================
 
-On receive, retry/throttle/fatal raise ``InjectedError`` (what an SDK raises);
-capped, stale and malformed do not apply.
+On receive, retry/throttle/fatal raise ``InjectedError``, a ``ReceiveError`` as
+every backend's receive raises (``retryable`` for retry and throttle, not for
+fatal), and exception raises an exception of another type, as a custom backend
+might; capped, stale and malformed do not apply.
 
 Latency and the clock: on a ``ManualClock`` nothing sleeps - the clock *jumps*
 forward by the latency before the call reaches the queue, without running what
@@ -88,9 +91,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal, NamedTuple, cast, get_args
 
-from leasekeeper.backends.base import Backend, Handle, Message, Outcome
+from leasekeeper.backends.base import Backend, ForwardingBackend, Handle, Message, Outcome
+from leasekeeper.backends.base import Operation as BatchOperation
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
+from leasekeeper.errors import ReceiveError
 from leasekeeper.testing.clock import ManualClock
 
 __all__ = [
@@ -170,14 +175,19 @@ def _default_exceptions() -> tuple[ExceptionFactory, ...]:
     )
 
 
-class InjectedError(RuntimeError):
-    """What an injected retry/throttle/fatal on ``receive`` raises (an SDK's error)."""
+class InjectedError(ReceiveError, RuntimeError):
+    """What an injected retry/throttle/fatal on ``receive`` raises: the
+    ``ReceiveError`` a backend raises, "fatal" for an injected fatal and "retry"
+    otherwise. ``fault`` is the injected kind ("retry", "throttle", "fatal")."""
 
     def __init__(self, operation: str, kind: str, detail: str) -> None:
-        super().__init__(f"{operation} failed: {detail} (injected {kind})")
-        self.operation = operation
-        self.kind = kind
-        self.detail = detail
+        super().__init__(
+            "fatal" if kind == "fatal" else "retry",
+            detail,
+            operation=operation,
+            service="injected",
+        )
+        self.fault = kind
 
 
 def _check_rate(name: str, value: Any) -> float:
@@ -290,7 +300,7 @@ def _rotate_memory_receipt(queue: MemoryQueue, message_id: str) -> bool:
         return True
 
 
-class FaultyBackend:
+class FaultyBackend(ForwardingBackend):
     """A Backend that passes calls to ``inner`` and injects faults on the way.
 
     ``FaultyBackend(inner, *, seed=None, clock=None, receive=None, extend=None,
@@ -298,8 +308,9 @@ class FaultyBackend:
     max_events=100_000)``: each operation's ``Faults`` (or a mapping of its fields),
     ``clock`` for latency and event times (default: the inner backend's ``clock``
     attribute, else the system clock). See the module docstring for each fault.
-    ``max_batch``, ``max_visibility`` and ``rotates_receipts`` are copied from
-    ``inner`` at construction.
+    ``max_batch``, ``max_visibility``, ``rotates_receipts`` (and ``max_receive``,
+    ``max_wait_seconds`` where it has them) are copied from ``inner`` at
+    construction, as ``ForwardingBackend`` does.
     """
 
     def __init__(
@@ -317,14 +328,7 @@ class FaultyBackend:
         hang_limit: float | None = None,
         max_events: int = 100_000,
     ) -> None:
-        if not isinstance(inner, Backend):
-            raise TypeError(
-                f"FaultyBackend wraps a leasekeeper backend, got {type(inner).__name__}"
-            )
-        self.inner = inner
-        self.max_batch: int = inner.max_batch
-        self.max_visibility: float = inner.max_visibility
-        self.rotates_receipts: bool = inner.rotates_receipts
+        super().__init__(inner)
         if clock is None:
             inner_clock = getattr(inner, "clock", None)
             clock = inner_clock if isinstance(inner_clock, Clock) else SYSTEM_CLOCK
@@ -698,14 +702,8 @@ class FaultyBackend:
             if drop:
                 self._record("receive", "lost", (message.id,))
                 continue
-            message.backend = self
-            kept.append(message)
+            kept.append(self.wrap(message))
         return kept
-
-    def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
-        message = self.inner.adopt(raw, visibility_timeout)
-        message.backend = self
-        return message
 
     def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
         return self._operate("extend", handles, timeout)
@@ -715,13 +713,6 @@ class FaultyBackend:
 
     def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
         return self._operate("release", handles, delay)
-
-    def _call_inner(self, operation: str, handles: Sequence[Handle], arg: float) -> list[Outcome]:
-        if operation == "extend":
-            return self.inner.extend(handles, arg)
-        if operation == "delete":
-            return self.inner.delete(handles)
-        return self.inner.release(handles, arg)
 
     def _operate(self, operation: str, handles: Sequence[Handle], arg: float) -> list[Outcome]:
         ids = [h.message_id for h in handles]
@@ -774,7 +765,9 @@ class FaultyBackend:
             else:
                 out[i] = Outcome(cast(Any, kind), detail=_DETAILS[kind])
         if passing:
-            answered = self._call_inner(operation, [handles[i] for i in passing], arg)
+            answered = self.forward(
+                cast(BatchOperation, operation), [handles[i] for i in passing], arg
+            )
             if not isinstance(answered, list) or len(answered) != len(passing):
                 return answered  # the inner backend's own malformed answer, untouched
             for i, outcome in zip(passing, answered, strict=True):

@@ -1,0 +1,382 @@
+"""The backends under the contract suite: one ``subject`` fixture, parametrised over
+every backend leasekeeper ships, each with the local service it runs against.
+
+**Testing a new backend = adding one entry to ``SUBJECTS``**: a function that
+builds a ``Subject`` (the backend on a fresh queue, how to put a message on that
+queue, how to let time pass) and declares what the service really does where
+services differ (see docs/backend-semantics.md): whether an earlier receive's
+receipt is refused after a re-receive, what a second delete answers, how a batch
+larger than ``max_batch`` is handled, the total visibility cap, and - where the
+backend can fail - its fault hooks and how to delete its queue. The tests in
+test_contract.py read these declarations; they never skip a backend.
+
+The local services are the session's own (tests/services.py: moto's server,
+leasekeeper's MNS server with the real aliyun-mns-sdk, Azurite), shared with the
+per-service tests. A service that cannot start fails these tests loudly.
+
+Where a local stand-in deviates from the real service (moto accepts any receipt a
+message ever had), the subject declares what the stand-in does, and the real
+service's answer is covered by its recorded answers (``faults``): botocore's
+before-call hook answering with SQS's recorded error responses, the MNS server's
+fault injection, canned Azure error responses through the real azure-core pipeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pytest
+
+from leasekeeper.backends.base import Backend, OutcomeKind
+from leasekeeper.backends.memory import MemoryQueue
+from leasekeeper.clock import SYSTEM_CLOCK, Clock
+from leasekeeper.testing import ManualClock
+
+FaultKind = Literal["lost", "retry", "fatal", "capped"]
+Operation = Literal["receive", "extend", "delete", "release"]
+
+#: The visibility timeout most tests receive with: long enough that nothing
+#: reappears while a test runs, even on a loaded machine.
+HIDDEN = 30.0
+#: Azure messages are sent with this time-to-live, so its total cap (the
+#: message's expiry) is testable.
+AZURE_TTL = 3600
+
+
+class FaultHooks:
+    """Make the next call of an operation fail the way the real service fails.
+
+    ``fail_next(operation, kind)`` arranges for the next ``operation`` request
+    to be answered with a service error that means ``kind``, and returns that
+    error's code. ``kinds`` are the kinds the service has an error for.
+    """
+
+    kinds: tuple[FaultKind, ...] = ("lost", "retry", "fatal")
+
+    def fail_next(self, operation: Operation, kind: FaultKind) -> str:
+        raise NotImplementedError
+
+
+@dataclass
+class Subject:
+    """One backend under the contract: how to drive it and what its service does."""
+
+    name: str
+    backend: Backend
+    clock: Clock
+    send: Callable[[str], object]  # put a message with this body on the queue
+    pause: Callable[[float], None]  # let time pass (a sleep, or a ManualClock advance)
+    # after a re-receive, is the earlier receive's receipt refused? (moto: no)
+    rejects_earlier_receipt: bool = True
+    # a delete with the receipt of a message already deleted (SQS: 200, so "ok")
+    delete_twice: OutcomeKind = "lost"
+    # a batch of more than max_batch entries: split into calls, or refused (ValueError)
+    oversize_batch: Literal["split", "reject"] = "split"
+    # seconds after a receive past which the service will not hide the message
+    total_cap: float | None = None
+    faults: FaultHooks | None = None
+    drop_queue: Callable[[], None] | None = None  # delete the queue (receive then fails)
+    cleanup: list[Callable[[], None]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"Subject({self.name})"
+
+
+# ---------------------------------------------------------------- MemoryQueue
+
+
+def _memory(request: pytest.FixtureRequest, *, rotate: bool) -> Subject:
+    clock = ManualClock()
+    queue = MemoryQueue(HIDDEN, clock=clock, rotate_receipts=rotate)
+    return Subject(
+        name="memory-rotating" if rotate else "memory",
+        backend=queue,
+        clock=clock,
+        send=queue.send,
+        pause=clock.advance,
+        oversize_batch="reject",  # a whole-call ValueError, as SQS's TooManyEntries
+    )
+
+
+# ---------------------------------------------------------------- SQS on moto
+
+
+# Recorded SQS error answers (Code, QueryErrorCode, Message, HTTP status): the JSON
+# protocol in query-compatible mode, as the real service sends them (tests/sqs).
+_SQS_ANSWERS: dict[FaultKind, tuple[str, str | None, str, int]] = {
+    "lost": (
+        "ReceiptHandleIsInvalid",
+        "ReceiptHandleIsInvalid",
+        'The input receipt handle "{receipt}" is not a valid receipt handle.',
+        404,
+    ),
+    "retry": (
+        "ServiceUnavailable",
+        "ServiceUnavailable",
+        "Service is unable to handle request.",
+        503,
+    ),
+    "fatal": (
+        "AWS.SimpleQueueService.NonExistentQueue",
+        "QueueDoesNotExist",
+        "The specified queue does not exist.",
+        400,
+    ),
+    # moto counts the 12 hours from SentTimestamp; SQS from the receive. Recorded:
+    "capped": (
+        "InvalidParameterValue",
+        None,
+        "Value 43200 for parameter VisibilityTimeout is invalid. Reason: Total "
+        "VisibilityTimeout for the message is beyond the limit [43200 seconds]",
+        400,
+    ),
+}
+_SQS_OPERATIONS = {
+    "receive": "ReceiveMessage",
+    "extend": "ChangeMessageVisibilityBatch",
+    "release": "ChangeMessageVisibilityBatch",
+    "delete": "DeleteMessageBatch",
+}
+
+
+class SQSFaults(FaultHooks):
+    """Answers the next call with a recorded SQS error, through botocore's
+    ``before-call`` event (the hook botocore's Stubber uses): no request is sent."""
+
+    kinds = ("lost", "retry", "fatal", "capped")
+
+    def __init__(self, client: Any) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, deque[FaultKind]] = defaultdict(deque)
+        client.meta.events.register_first(
+            "before-call.sqs", self._answer, unique_id=f"contract-faults-{id(self)}"
+        )
+
+    def fail_next(self, operation: Operation, kind: FaultKind) -> str:
+        with self._lock:
+            self._pending[_SQS_OPERATIONS[operation]].append(kind)
+        return _SQS_ANSWERS[kind][0]
+
+    def _answer(self, model: Any, params: dict[str, Any], **_: Any) -> Any:
+        from botocore.awsrequest import AWSResponse
+
+        with self._lock:
+            queued = self._pending.get(model.name)
+            if not queued:
+                return None
+            kind = queued.popleft()
+        code, query_code, message, status = _SQS_ANSWERS[kind]
+        entries = params.get("Entries") or [{}]
+        error = {"Code": code, "Message": message.format(receipt=entries[0].get("ReceiptHandle"))}
+        if query_code:
+            error["QueryErrorCode"] = query_code
+        parsed = {"Error": error, "ResponseMetadata": {"HTTPStatusCode": status}}
+        return AWSResponse("http://recorded", status, {}, None), parsed
+
+
+def _sqs(request: pytest.FixtureRequest) -> Subject:
+    from leasekeeper.backends.sqs import SQSBackend
+    from tests.services import make_client
+
+    endpoint: str = request.getfixturevalue("moto_endpoint")
+    admin = make_client(endpoint)
+    url: str = admin.create_queue(
+        QueueName=f"contract-{uuid.uuid4().hex[:12]}",
+        Attributes={"VisibilityTimeout": str(int(HIDDEN))},
+    )["QueueUrl"]
+    client = make_client(endpoint)
+    subject = Subject(
+        name="sqs-moto",
+        backend=SQSBackend(client, url),
+        clock=SYSTEM_CLOCK,
+        send=lambda body: admin.send_message(QueueUrl=url, MessageBody=body),
+        pause=time.sleep,
+        # moto accepts any receipt a message ever had (real SQS refuses one from an
+        # earlier receive with InvalidParameterValue: a recorded answer, "lost").
+        rejects_earlier_receipt=False,
+        delete_twice="ok",  # a standard queue answers 200 (SQS and moto alike)
+        total_cap=43200.0,
+        faults=SQSFaults(client),
+        drop_queue=lambda: admin.delete_queue(QueueUrl=url),
+    )
+    subject.cleanup.append(lambda: admin.delete_queue(QueueUrl=url))
+    return subject
+
+
+# ---------------------------------------------------------------- MNS on the local server
+
+_MNS_ANSWERS: dict[FaultKind, tuple[str, int]] = {
+    "lost": ("ReceiptHandleError", 400),
+    "retry": ("InternalError", 500),
+    "fatal": ("QueueNotExist", 404),
+}
+_MNS_OPERATIONS = {
+    "receive": "receive",
+    "extend": "change_visibility",
+    "release": "change_visibility",
+    "delete": "delete",  # one handle: DeleteMessage
+}
+
+
+class MNSFaults(FaultHooks):
+    """The local MNS server's own fault injection (``MNSServer.fail_next``)."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def fail_next(self, operation: Operation, kind: FaultKind) -> str:
+        code, status = _MNS_ANSWERS[kind]
+        self.server.fail_next(_MNS_OPERATIONS[operation], code, status)
+        return code
+
+
+def _mns(request: pytest.FixtureRequest) -> Subject:
+    from leasekeeper.backends.mns import MNSBackend
+    from tests.services import sdk_queue
+
+    server = request.getfixturevalue("mns_server")
+    name = f"contract-{uuid.uuid4().hex[:12]}"
+    server.create_queue(name, visibility_timeout=int(HIDDEN))
+    producer = sdk_queue(server, name)
+    backend = MNSBackend(sdk_queue(server, name), queue_visibility_timeout=HIDDEN)
+
+    def send(body: str) -> object:
+        from mns.queue import Message as MNSMessage
+
+        return producer.send_message(MNSMessage(body))
+
+    subject = Subject(
+        name="mns-local",
+        backend=backend,
+        clock=SYSTEM_CLOCK,
+        send=send,
+        pause=time.sleep,
+        faults=MNSFaults(server),
+        drop_queue=lambda: sdk_queue(server, name).delete(),
+    )
+    subject.cleanup.append(backend.close)
+    return subject
+
+
+# ---------------------------------------------------------------- Azure on Azurite
+
+_AZURE_ANSWERS: dict[FaultKind, tuple[int, str]] = {
+    "lost": (404, "MessageNotFound"),
+    "retry": (503, "ServerBusy"),
+    "fatal": (404, "QueueNotFound"),
+}
+_AZURE_METHODS = {"receive": "GET", "extend": "PUT", "release": "PUT", "delete": "DELETE"}
+
+
+class AzureFaults(FaultHooks):
+    """Canned Azure error responses (tests/azure/fakes.py), run through the real
+    azure-core pipeline by a transport that otherwise talks to Azurite."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, deque[FaultKind]] = defaultdict(deque)
+
+    def fail_next(self, operation: Operation, kind: FaultKind) -> str:
+        with self._lock:
+            self._pending[_AZURE_METHODS[operation]].append(kind)
+        return _AZURE_ANSWERS[kind][1]
+
+    def take(self, method: str) -> FaultKind | None:
+        with self._lock:
+            queued = self._pending.get(method)
+            return queued.popleft() if queued else None
+
+    def transport(self) -> Any:
+        from azure.core.pipeline.transport import RequestsTransport, RequestsTransportResponse
+
+        from tests.azure.fakes import error_response
+
+        faults = self
+
+        class InjectingTransport(RequestsTransport):
+            def send(self, request: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+                kind = faults.take(request.method)
+                if kind is None:
+                    return super().send(request, **kwargs)
+                status, code = _AZURE_ANSWERS[kind]
+                return RequestsTransportResponse(request, error_response(status, code))
+
+        return InjectingTransport()
+
+
+def _azure(request: pytest.FixtureRequest) -> Subject:
+    from azure.storage.queue import QueueClient
+
+    from leasekeeper.backends.azure import AzureQueueBackend
+
+    conn: str = request.getfixturevalue("azurite")
+    name = f"contract-{uuid.uuid4().hex[:20]}"
+    admin = QueueClient.from_connection_string(conn, name)
+    admin.create_queue()
+    faults = AzureFaults()
+
+    def client() -> QueueClient:
+        # A transport per client: azure-core's RequestsTransport is not thread-safe.
+        return QueueClient.from_connection_string(
+            conn, name, transport=faults.transport(), retry_total=0
+        )
+
+    receiving = client()
+    backend = AzureQueueBackend(receiving, client_factory=client)
+    subject = Subject(
+        name="azure-azurite",
+        backend=backend,
+        clock=SYSTEM_CLOCK,
+        send=lambda body: admin.send_message(body, time_to_live=AZURE_TTL),
+        pause=time.sleep,
+        total_cap=float(AZURE_TTL),  # a message cannot outlive its expiry
+        faults=faults,
+        drop_queue=admin.delete_queue,
+    )
+    subject.cleanup += [backend.close, receiving.close, admin.delete_queue, admin.close]
+    return subject
+
+
+#: Every backend under the contract. A new backend: one more entry.
+SUBJECTS: dict[str, Callable[[pytest.FixtureRequest], Subject]] = {
+    "memory": lambda request: _memory(request, rotate=False),
+    "memory-rotating": lambda request: _memory(request, rotate=True),
+    "sqs-moto": _sqs,
+    "mns-local": _mns,
+    "azure-azurite": _azure,
+}
+#: Those whose service can fail (they declare fault hooks and a queue to delete).
+FALLIBLE = ("sqs-moto", "mns-local", "azure-azurite")
+
+
+@contextlib.contextmanager
+def _made(request: pytest.FixtureRequest) -> Iterator[Subject]:
+    subject = SUBJECTS[request.param](request)
+    try:
+        yield subject
+    finally:
+        for step in reversed(subject.cleanup):
+            with contextlib.suppress(Exception):  # the queue may be gone already
+                step()
+
+
+@pytest.fixture(params=list(SUBJECTS))
+def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
+    """Each backend in turn, on a fresh queue."""
+    with _made(request) as made:
+        yield made
+
+
+@pytest.fixture(params=list(FALLIBLE))
+def fallible(request: pytest.FixtureRequest) -> Iterator[Subject]:
+    """Each backend whose service can fail, on a fresh queue, with its fault hooks."""
+    with _made(request) as made:
+        assert made.faults is not None and made.drop_queue is not None, made
+        yield made
