@@ -22,7 +22,7 @@ from leasekeeper._calls import call_backend, checked
 from leasekeeper._engine import RenewalEngine
 from leasekeeper._extend import RETRY_BASE
 from leasekeeper._record import LeaseRecord, LeaseState
-from leasekeeper.backends.base import Backend, Outcome, chunked
+from leasekeeper.backends.base import Backend, Handle, Outcome, chunked
 from leasekeeper.clock import Clock, now_function
 from leasekeeper.errors import BackendError, LeaseError, LeaseLost
 
@@ -33,6 +33,7 @@ log = logging.getLogger("leasekeeper.manager")
 OP_ATTEMPTS = 4
 
 _ACTIVE = LeaseState.ACTIVE
+_new_tuple = tuple.__new__  # builds a Handle without NamedTuple's Python-level __new__
 _COMPLETED = LeaseState.COMPLETED
 _LAPSED = "lapsed: its invisibility ran out before it was extended"
 
@@ -72,10 +73,11 @@ class HandlerOps:
                 return
             else:
                 self._not_completable(record)  # raises unless abandoned but still hidden
-            backend = record.message.backend
+            message = record.message
+            backend = message.backend
             # The common case, kept short: one delete that succeeds, nothing to reschedule.
             try:
-                answer: object = backend.delete([record.handle()])
+                answer: object = backend.delete([_new_tuple(Handle, (message.id, record.receipt))])
             except Exception as exc:
                 answer = exc
             if type(answer) is list and len(answer) == 1:

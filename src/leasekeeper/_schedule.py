@@ -103,9 +103,14 @@ class Schedule:
         return lane
 
     def add(self, lane: Lane, record: LeaseRecord, due: float) -> None:
-        """Register ``record`` in ``lane`` and schedule it at ``due``."""
-        lane.leases[record.message.id] = record
-        self.push(lane, record, due)
+        """Register a new ``record`` in ``lane`` and schedule it at ``due``."""
+        message_id = record.message.id
+        lane.leases[message_id] = record
+        # push(), inlined for the register hot path: a new record has no entry yet.
+        self._gen = gen = self._gen + 1
+        record.gen = gen
+        record.due = due
+        _heappush(lane.heap, _new_tuple(tuple, (due, gen, message_id)))
 
     def remove(self, lane: Lane, record: LeaseRecord) -> None:
         """Forget an ended lease; its heap entry, if any, is now stale."""

@@ -88,7 +88,7 @@ class Message:
     """A message as a backend's ``receive`` (or ``adopt``) returned it.
 
     ``body`` is a str for text payloads and bytes otherwise. ``raw`` is the SDK's own
-    object. The receipt is kept private and never shown in ``repr``.
+    object. ``receipt`` is a secret: it is never shown in ``repr``; do not log it.
 
     The manager computes the message's deadline from what is recorded here, without
     asking the service again: ``received_at`` is the local monotonic time taken just
@@ -102,7 +102,6 @@ class Message:
 
     __slots__ = (
         "__weakref__",
-        "_receipt",
         "backend",
         "body",
         "deadline_hint",
@@ -110,9 +109,11 @@ class Message:
         "hard_deadline",
         "id",
         "raw",
+        "receipt",
         "receive_count",
         "received_at",
         "visibility_timeout",
+        "visible_until",
     )
 
     def __init__(
@@ -134,7 +135,7 @@ class Message:
         # A weak reference to its lease once that ended, set by the renewal engine:
         # registering this very message again returns that lease, not a second one.
         self.ended_lease: Callable[[], Any] | None = None
-        self._receipt = receipt
+        self.receipt = receipt
         self.backend = backend
         self.received_at = received_at
         self.visibility_timeout = visibility_timeout
@@ -142,15 +143,16 @@ class Message:
         self.raw = raw
         self.deadline_hint = deadline_hint
         self.hard_deadline = hard_deadline
-
-    @property
-    def receipt(self) -> str:
-        """The receipt this message was received with (a secret: do not log it)."""
-        return self._receipt
+        # Local monotonic time before which the message is known to be invisible:
+        # computed once, as everything it derives from is fixed at receipt.
+        local = received_at + visibility_timeout
+        self.visible_until: float = (
+            deadline_hint if deadline_hint is not None and deadline_hint < local else local
+        )
 
     @property
     def handle(self) -> Handle:
-        return Handle(self.id, self._receipt)
+        return Handle(self.id, self.receipt)
 
     def with_backend(self, backend: Backend) -> Message:
         """A copy that names ``backend`` as its own, the original left as it is.
@@ -160,7 +162,7 @@ class Message:
         return Message(
             id=self.id,
             body=self.body,
-            receipt=self._receipt,
+            receipt=self.receipt,
             backend=backend,
             received_at=self.received_at,
             visibility_timeout=self.visibility_timeout,
@@ -169,14 +171,6 @@ class Message:
             deadline_hint=self.deadline_hint,
             hard_deadline=self.hard_deadline,
         )
-
-    @property
-    def visible_until(self) -> float:
-        """Local monotonic time before which the message is known to be invisible."""
-        local = self.received_at + self.visibility_timeout
-        if self.deadline_hint is not None and self.deadline_hint < local:
-            return self.deadline_hint
-        return local
 
     def __repr__(self) -> str:
         body = self.body
