@@ -16,6 +16,7 @@ from typing import Any
 from leasekeeper.backends.base import Handle, Message
 
 _new_tuple = tuple.__new__
+_new_lock = threading.Lock
 
 # Creating a threading.Event costs more memory than the rest of a lease (a Condition,
 # a Lock and a deque), and most leases never have theirs read. So the event is
@@ -74,9 +75,9 @@ class LeaseRecord:
         "watch",
     )
 
-    def __init__(self, message: Message, registered_at: float, owner: Any) -> None:
-        self.message = message
+    def __init__(self, owner: Any, message: Message, registered_at: float) -> None:
         self.owner = owner
+        self.message = message
         self.receipt = message.receipt
         self.visible_until = message.visible_until
         self.registered_at = registered_at
@@ -88,7 +89,7 @@ class LeaseRecord:
         self.watch = 0
         self.retries = 0
         self.last_error = ""
-        self.op_lock = threading.Lock()
+        self.op_lock = _new_lock()
         self.signalled = False
         self.event: threading.Event | None = None
 

@@ -102,15 +102,17 @@ class Schedule:
         lane = self.lanes[id(backend)] = Lane(backend)
         return lane
 
-    def add(self, lane: Lane, record: LeaseRecord, due: float) -> None:
-        """Register a new ``record`` in ``lane`` and schedule it at ``due``."""
-        message_id = record.message.id
+    def add(self, lane: Lane, message_id: str, record: LeaseRecord, due: float) -> None:
+        """Register a new ``record`` (of message ``message_id``) in ``lane``, due at ``due``."""
         lane.leases[message_id] = record
         # push(), inlined for the register hot path: a new record has no entry yet.
         self._gen = gen = self._gen + 1
         record.gen = gen
         record.due = due
-        _heappush(lane.heap, _new_tuple(tuple, (due, gen, message_id)))
+        heap = lane.heap
+        _heappush(heap, (due, gen, message_id))
+        if lane.stale > _REBUILD_MIN and lane.stale * 2 > len(heap):
+            self._rebuild(lane)
 
     def remove(self, lane: Lane, record: LeaseRecord) -> None:
         """Forget an ended lease; its heap entry, if any, is now stale."""
@@ -126,9 +128,10 @@ class Schedule:
                 heap.pop()
             else:
                 lane.stale += 1
+        leases = lane.leases
         message_id = record.message.id
-        if lane.leases.get(message_id) is record:
-            del lane.leases[message_id]
+        if leases.get(message_id) is record:
+            del leases[message_id]
 
     def count(self) -> int:
         """Leases registered (in flight)."""
@@ -149,12 +152,16 @@ class Schedule:
         record.due = due
         heap = lane.heap
         _heappush(heap, _new_tuple(tuple, (due, gen, record.message.id)))
-        stale = lane.stale
-        if stale > _REBUILD_MIN and stale * 2 > len(heap):
-            live = lane.live
-            lane.heap = [e for e in heap if live(e[1], e[2]) is not None]
-            heapq.heapify(lane.heap)
-            lane.stale = 0
+        if lane.stale > _REBUILD_MIN and lane.stale * 2 > len(heap):
+            self._rebuild(lane)
+
+    @staticmethod
+    def _rebuild(lane: Lane) -> None:
+        """Drop the stale entries: memory stays proportional to the leases in flight."""
+        live = lane.live
+        lane.heap = [e for e in lane.heap if live(e[1], e[2]) is not None]
+        heapq.heapify(lane.heap)
+        lane.stale = 0
 
     def watch(self, lane: Lane, record: LeaseRecord) -> None:
         """Watch ``record``'s deadline while its extend call is out. The caller

@@ -28,7 +28,11 @@ def record(backend: Any, message_id: str, visible_until: float = 100.0) -> Lease
         received_at=visible_until - 30.0,
         visibility_timeout=30.0,
     )
-    return LeaseRecord(message, 0.0, owner=None)
+    return LeaseRecord(None, message, 0.0)
+
+
+def add(schedule: Schedule, lane: Any, record: LeaseRecord, due: float) -> None:
+    schedule.add(lane, record.message.id, record, due)
 
 
 def ids(work: Any) -> list[list[str]]:
@@ -40,7 +44,7 @@ def test_collect_pops_only_what_is_due_in_due_order() -> None:
     backend = FakeBackend(max_batch=1)
     lane = schedule.add_lane(backend)
     for message_id, due in (("c", 30.0), ("a", 10.0), ("b", 20.0)):
-        schedule.add(lane, record(backend, message_id), due)
+        add(schedule, lane, record(backend, message_id), due)
     assert schedule.next_due() == 10.0
     due = schedule.collect(20.0)
     assert ids(due.work) == [["a", "b"]]
@@ -55,7 +59,7 @@ def test_a_partial_batch_is_topped_up_from_the_fill_window_and_no_further() -> N
     backend = FakeBackend(max_batch=3)
     lane = schedule.add_lane(backend)
     for n, due in enumerate((10.0, 12.0, 14.0, 16.0, 30.0)):
-        schedule.add(lane, record(backend, f"m{n}"), due)
+        add(schedule, lane, record(backend, f"m{n}"), due)
     # Due at 10: m0. The batch has room for two more, due within 5 s: m1, m2 - and
     # it stops at a full batch, so m3 (also within the window) waits its turn.
     assert ids(schedule.collect(10.0).work) == [["m0", "m1", "m2"]]
@@ -66,8 +70,8 @@ def test_a_batch_of_one_is_never_topped_up() -> None:
     schedule = Schedule(fill_window=5.0)
     backend = FakeBackend(max_batch=1)
     lane = schedule.add_lane(backend)
-    schedule.add(lane, record(backend, "a"), 10.0)
-    schedule.add(lane, record(backend, "b"), 11.0)
+    add(schedule, lane, record(backend, "a"), 10.0)
+    add(schedule, lane, record(backend, "b"), 11.0)
     assert ids(schedule.collect(10.0).work) == [["a"]]
 
 
@@ -76,8 +80,8 @@ def test_rescheduling_leaves_the_old_entry_stale_and_it_is_skipped() -> None:
     backend = FakeBackend(max_batch=10)
     lane = schedule.add_lane(backend)
     a = record(backend, "a")
-    schedule.add(lane, a, 10.0)
-    schedule.add(lane, record(backend, "b"), 50.0)
+    add(schedule, lane, a, 10.0)
+    add(schedule, lane, record(backend, "b"), 50.0)
     schedule.push(lane, a, 40.0)  # later now: the entry at 10 is dead weight
     assert lane.stale == 1
     assert schedule.next_due() == 40.0  # the stale head was dropped on the way
@@ -92,10 +96,10 @@ def test_removing_the_newest_lease_leaves_nothing_behind() -> None:
     backend = FakeBackend(max_batch=10)
     lane = schedule.add_lane(backend)
     for n in range(100):
-        schedule.add(lane, record(backend, f"old{n}"), 1000.0 + n)
+        add(schedule, lane, record(backend, f"old{n}"), 1000.0 + n)
     for n in range(1000):
         short = record(backend, f"short{n}")
-        schedule.add(lane, short, 2000.0 + n)
+        add(schedule, lane, short, 2000.0 + n)
         schedule.remove(lane, short)
     assert (lane.stale, len(lane.heap), schedule.count()) == (0, 100, 100)
 
@@ -106,11 +110,11 @@ def test_stale_entries_never_outnumber_live_ones_for_long() -> None:
     lane = schedule.add_lane(backend)
     live = [record(backend, f"live{n}") for n in range(200)]
     for n, r in enumerate(live):
-        schedule.add(lane, r, 5000.0 + n)  # due last: never the heap's last entry below
+        add(schedule, lane, r, 5000.0 + n)  # due last: never the heap's last entry below
     for n in range(5000):
         r = record(backend, f"gone{n}")
-        schedule.add(lane, r, float(n))
-        schedule.add(lane, record(backend, f"keep{n}"), 10_000.0 + n)
+        add(schedule, lane, r, float(n))
+        add(schedule, lane, record(backend, f"keep{n}"), 10_000.0 + n)
         schedule.remove(lane, r)  # not the last entry any more: goes stale
         assert lane.stale <= max(65, len(lane.heap) // 2 + 1)
     assert schedule.count() == 5200
@@ -121,8 +125,8 @@ def test_removed_lease_is_forgotten_and_its_entry_skipped() -> None:
     backend = FakeBackend(max_batch=10)
     lane = schedule.add_lane(backend)
     a, b = record(backend, "a"), record(backend, "b")
-    schedule.add(lane, a, 10.0)
-    schedule.add(lane, b, 20.0)
+    add(schedule, lane, a, 10.0)
+    add(schedule, lane, b, 20.0)
     schedule.remove(lane, a)
     assert schedule.count() == 1
     assert list(schedule.records()) == [b]
@@ -136,7 +140,7 @@ def test_a_watch_expires_at_the_deadline_unless_cleared() -> None:
     hung = record(backend, "hung", visible_until=50.0)
     answered = record(backend, "answered", visible_until=40.0)
     for r in (hung, answered):
-        schedule.add(lane, r, 20.0)
+        add(schedule, lane, r, 20.0)
         schedule.collect(30.0)  # popped for an extend
         schedule.watch(lane, r)
     assert schedule.next_due() == 40.0
@@ -154,7 +158,7 @@ def test_lanes_are_per_backend_and_batched_by_their_own_limit() -> None:
     lanes = {b: schedule.add_lane(b) for b in (sqs_like, mns_like)}
     for n in range(3):
         for backend, lane in lanes.items():
-            schedule.add(lane, record(backend, f"{backend.max_batch}-{n}"), float(n))
+            add(schedule, lane, record(backend, f"{backend.max_batch}-{n}"), float(n))
     work = schedule.collect(5.0).work
     assert sorted(len(records) for _, records in work) == [3, 3]
     assert {lane.batch for lane, _ in work} == {1, 10}
@@ -167,7 +171,7 @@ def test_collect_returns_every_lease_exactly_once(count: int) -> None:
     backend = FakeBackend(max_batch=10)
     lane = schedule.add_lane(backend)
     for n in range(count):
-        schedule.add(lane, record(backend, f"m{n}"), float(n % 13))
+        add(schedule, lane, record(backend, f"m{n}"), float(n % 13))
     seen: list[str] = []
     now = 0.0
     while schedule.next_due() is not None:
