@@ -210,6 +210,18 @@ class MemoryQueue:
         record.receipt = f"rcpt-{os.urandom(8).hex()}"
         return record.receipt
 
+    def rotate_receipt(self, message_id: str) -> bool:
+        """Give a received message a new receipt behind its holder's back, as a
+        service does when someone else receives it; the old receipt is refused from
+        now on. False when the message is gone or was never received. (For tests:
+        ``FaultyBackend`` uses it to make receipts stale.)"""
+        with self._mutex:
+            record = self._records.get(message_id)
+            if record is None or not record.receipt:
+                return False
+            self._new_receipt(record)
+            return True
+
     def _check(self, handle: Handle) -> _Stored | Outcome:
         record = self._records.get(handle.message_id)
         if record is None:

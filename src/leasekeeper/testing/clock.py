@@ -81,6 +81,15 @@ class ManualClock:
             for runner in runners:
                 runner.run_due()
 
+    def skip(self, seconds: float) -> None:
+        """Move time forward by ``seconds`` *without* running what falls due meanwhile:
+        the thread is busy (a slow call), and that work runs late, at the next
+        ``advance()``. ``FaultyBackend`` uses it for a call's latency."""
+        if seconds < 0:
+            raise ValueError(f"a monotonic clock cannot go back ({seconds!r})")
+        with self._lock:
+            self._now += seconds
+
     def run_due(self) -> None:
         """Run whatever is due now without moving time (e.g. right after register)."""
         self.advance(0.0)

@@ -62,7 +62,7 @@ Hangs always block in real time, so on a ManualClock they block the thread that
 called ``advance()``: use them with real threads (or advance from another thread).
 
 Stale receipts need a way to rotate a receipt: the inner backend's own
-``rotate_receipt(message_id)`` if it has one, a ``MemoryQueue``'s internals, or,
+``rotate_receipt(message_id)`` if it has one (``MemoryQueue`` has), or,
 for another backend that ``rotates_receipts``, the new receipt an extend returns
 is swallowed (as if the answer was lost after the service applied it).
 
@@ -93,7 +93,6 @@ from typing import Any, Literal, NamedTuple, cast, get_args
 
 from leasekeeper.backends.base import Backend, ForwardingBackend, Handle, Message, Outcome
 from leasekeeper.backends.base import Operation as BatchOperation
-from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
 from leasekeeper.errors import ReceiveError
 from leasekeeper.testing.clock import ManualClock
@@ -289,17 +288,6 @@ def _malformed_answer(form: MalformedForm, n: int) -> Any:
     return answers[form]()
 
 
-def _rotate_memory_receipt(queue: MemoryQueue, message_id: str) -> bool:
-    # MemoryQueue has no public way to rotate a receipt; this is the same package's
-    # test tool reaching into it on purpose.
-    with queue._lock:
-        record = queue._records.get(message_id)
-        if record is None or not record.receipt:
-            return False
-        queue._new_receipt(record)
-        return True
-
-
 class FaultyBackend(ForwardingBackend):
     """A Backend that passes calls to ``inner`` and injects faults on the way.
 
@@ -475,8 +463,6 @@ class FaultyBackend(ForwardingBackend):
                 return bool(hook(message_id))
 
             return rotate
-        if isinstance(inner, MemoryQueue):
-            return lambda message_id: _rotate_memory_receipt(inner, message_id)
         if inner.rotates_receipts:
             return "swallow"
         return None
@@ -627,8 +613,7 @@ class FaultyBackend(ForwardingBackend):
         clock = self.clock
         if isinstance(clock, ManualClock):
             # Time passes during the call; what falls due meanwhile runs late.
-            with clock._lock:
-                clock._now += seconds
+            clock.skip(seconds)
         elif isinstance(clock, DrivenClock):
             return  # recorded only: this clock moves when its owner says so
         else:
