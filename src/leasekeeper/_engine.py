@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 
+from leasekeeper._calls import Calls
 from leasekeeper._dispatch import Dispatcher
 from leasekeeper._extend import Extender
 from leasekeeper._metrics import Metrics, Stats, log_lapses
@@ -35,6 +36,7 @@ from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import Clock, now_function
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import LeaseTooShort, ManagerClosed
+from leasekeeper.observers import Observer
 
 log = logging.getLogger("leasekeeper.manager")
 
@@ -100,6 +102,9 @@ class RenewalEngine:
             executor=executor,
         )
         self.rng = rng if rng is not None else random.Random()
+        self.calls = Calls(on_error=self._count_callback_error)
+        # Ended leases the observers have not heard of yet (only while there are any).
+        self._ended: deque[tuple[LeaseRecord, LeaseState, str]] = deque()
         self.extender = Extender(self)
         self._lanes = self.schedule.lanes  # the same dict, one lookup shorter
         # Leases that ended and whose handler/callback have not been told yet: told
@@ -208,6 +213,18 @@ class RenewalEngine:
         with self.registry_lock:
             return self.metrics.snapshot(self.schedule.count())
 
+    def add_observer(self, observer: Observer) -> None:
+        with self.registry_lock:
+            self.calls.observers = (*self.calls.observers, observer)
+
+    def remove_observer(self, observer: Observer) -> None:
+        with self.registry_lock:
+            self.calls.observers = tuple(o for o in self.calls.observers if o is not observer)
+
+    def _count_callback_error(self) -> None:
+        with self.registry_lock:
+            self.metrics.callback_errors += 1
+
     def count_scheduler_error(self) -> None:
         with self.registry_lock:
             self.metrics.scheduler_errors += 1
@@ -267,6 +284,9 @@ class RenewalEngine:
             shown, suppressed = self.metrics.count_lapses([r.message.id for r in records], now)
         late = {r.message.id: now - r.visible_until for r in records}
         log_lapses([(mid, late[mid]) for mid in shown], suppressed)
+        if self.calls.observers:
+            for record in records:
+                self.calls.tell("on_lapse", record, now - record.visible_until)
 
     # ------------------------------------------------------------------ ending
 
@@ -288,6 +308,8 @@ class RenewalEngine:
             self.metrics.completed += 1
         finally:
             lock.release()
+        if self.calls.observers:
+            self.calls.tell("on_ended", record, _COMPLETED, "completed")
         if self.pending:
             self.drain()
 
@@ -317,6 +339,8 @@ class RenewalEngine:
         lane = self.schedule.lanes.get(id(message.backend))
         if lane is not None:
             self.schedule.remove(lane, record)
+        if self.calls.observers:
+            self._ended.append((record, state, reason))
         metrics = self.metrics
         if state is _COMPLETED:
             metrics.completed += 1
@@ -342,6 +366,13 @@ class RenewalEngine:
             except IndexError:  # another thread took the last one
                 break
             self._notify(record)
+        ended = self._ended
+        while ended:
+            try:
+                event = ended.popleft()
+            except IndexError:
+                break
+            self.calls.tell("on_ended", *event)
 
     def _notify(self, record: LeaseRecord) -> None:
         # The handler hears first (lease.lost), so it can stop as early as possible;

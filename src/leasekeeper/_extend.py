@@ -16,7 +16,6 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from leasekeeper._calls import call_backend
 from leasekeeper._record import LeaseRecord, LeaseState
 from leasekeeper._schedule import Lane
 from leasekeeper.backends.base import Backend, Handle, Outcome
@@ -103,7 +102,9 @@ class Extender:
                 if earliest < self._engine.dispatcher.next_wake:
                     self._engine.dispatcher.wake_locked()
         try:
-            outcomes = call_backend(backend, "extend", [r.handle() for r in group], asked)
+            outcomes = self._engine.calls.call(
+                backend, "extend", [r.handle() for r in group], asked
+            )
         finally:
             for record in group:
                 record.watch = 0  # back in time (or not): the watch is moot
@@ -194,6 +195,8 @@ class Extender:
             # Rule 1: the deadline counts from just before the request was sent.
             record.visible_until = sent_at + asked
             record.extensions += 1
+            if self._engine.calls.observers:
+                self._engine.calls.tell("on_extended", record, deadline - answered_at)
             record.retries = 0
             with self._lock:
                 self._metrics.extended += 1
@@ -216,7 +219,8 @@ class Extender:
 
     def hand_back(self, backend: Backend, message_id: str, receipt: str) -> None:
         """Release a message whose lease already ended (visibility 0), best effort."""
-        outcome = call_backend(backend, "release", [Handle(message_id, receipt)], 0.0)[0]
+        handle = Handle(message_id, receipt)
+        outcome = self._engine.calls.call(backend, "release", [handle], 0.0)[0]
         log.info("message %r handed back after a late extend: %s", message_id, outcome.kind)
 
     def _retry(self, record: LeaseRecord, detail: str) -> None:

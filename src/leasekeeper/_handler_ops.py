@@ -1,4 +1,4 @@
-"""A handler's operations on its lease: complete, release, abandon - and close()'s release.
+"""A handler's operations on its lease: complete, release, abandon.
 
 These run on the handler's thread (or the closing thread), one at a time per
 lease under its op lock (rule 4), and work on the engine only through its named
@@ -16,13 +16,12 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Sequence
 
-from leasekeeper._calls import call_backend, checked
+from leasekeeper._calls import checked
 from leasekeeper._engine import RenewalEngine
 from leasekeeper._extend import RETRY_BASE
 from leasekeeper._record import LeaseRecord, LeaseState
-from leasekeeper.backends.base import Backend, Handle, Outcome, chunked
+from leasekeeper.backends.base import Handle, Outcome
 from leasekeeper.clock import Clock, now_function
 from leasekeeper.errors import BackendError, LeaseError, LeaseLost
 
@@ -35,7 +34,8 @@ OP_ATTEMPTS = 4
 _ACTIVE = LeaseState.ACTIVE
 _new_tuple = tuple.__new__  # builds a Handle without NamedTuple's Python-level __new__
 _COMPLETED = LeaseState.COMPLETED
-_LAPSED = "lapsed: its invisibility ran out before it was extended"
+LAPSED = "lapsed: its invisibility ran out before it was extended"
+_LAPSED = LAPSED
 
 
 def valid_delay(delay: object) -> bool:
@@ -48,7 +48,13 @@ def valid_delay(delay: object) -> bool:
 
 
 class HandlerOps:
-    """complete / release / abandon for the leases of one engine."""
+    """complete / release / abandon for the leases of one engine.
+
+    Each operation is three steps, shared with the batch forms (``_batch_ops``):
+    ``prepare_*`` decides, with the op lock held, whether a call is to be sent at all
+    (or raises why not); the call; ``finish_*`` applies its outcome (after retrying
+    a transient one with ``retry``) and raises what the handler must hear.
+    """
 
     def __init__(self, engine: RenewalEngine) -> None:
         self.engine = engine
@@ -70,12 +76,16 @@ class HandlerOps:
         lock = record.op_lock
         lock.acquire()
         try:
-            state = record.state
-            if state is not _ACTIVE or self._now() >= record.visible_until:
-                if state is _COMPLETED:
-                    return
-                self._before_late_delete(record)  # raises unless the delete may go
+            if (
+                record.state is not _ACTIVE or self._now() >= record.visible_until
+            ) and not self.prepare_delete(record):
+                return
             message = record.message
+            calls = self.engine.calls
+            if calls.observers:  # timed and told: not the hot path any more
+                first = calls.call(message.backend, "delete", [record.handle()], 0.0)[0]
+                self.finish_delete(record, self.retry(record, "delete", 0.0, first))
+                return
             try:
                 answer: object = message.backend.delete(
                     [_new_tuple(Handle, (message.id, record.receipt))]
@@ -87,19 +97,39 @@ class HandlerOps:
                 if type(first) is Outcome and first.kind == "ok":
                     self.engine.end_completed(record)
                     return
-            self._after_failed_delete(record, answer)
+            first = checked(message.backend, "delete", 1, answer)[0]
+            self.finish_delete(record, self.retry(record, "delete", 0.0, first))
         finally:
             lock.release()
 
-    def _after_failed_delete(self, record: LeaseRecord, answer: object) -> None:
-        """The first delete did not simply succeed (op lock held): check its answer,
-        retry what is transient, then complete, or raise."""
+    def prepare_delete(self, record: LeaseRecord) -> bool:
+        """Whether to send the delete of ``record`` (op lock held): False when it is
+        completed already; raises when it cannot be completed. An abandoned lease
+        whose message is still hidden may be; a lapsed one only where receipts
+        rotate (rule 5)."""
+        state = record.state
+        if state is _ACTIVE:
+            if self._now() >= record.visible_until:
+                self._lapsed(record)  # raises where the delete would prove nothing
+            return True
+        if state is _COMPLETED:
+            return False
+        if state is LeaseState.RELEASED:
+            if record.signalled:
+                raise LeaseLost(record.message.id, record.reason or "released")
+            raise LeaseError(
+                f"lease on message {record.message.id!r} was released ({record.reason}); "
+                "it cannot be completed"
+            )
+        if state is LeaseState.LOST or self._now() >= record.visible_until:
+            raise LeaseLost(record.message.id, record.reason or str(state))
+        return True  # abandoned, and its message still hidden
+
+    def finish_delete(self, record: LeaseRecord, outcome: Outcome) -> None:
+        """Apply a delete's outcome (op lock held): completed, or raise."""
         engine = self.engine
-        first = checked(record.message.backend, "delete", 1, answer)[0]
-        outcome = self._single(record, "delete", 0.0, first)
         if outcome.kind == "ok":
             engine.end_completed(record)
-            engine.drain()
             return
         try:
             if outcome.kind == "lost":
@@ -110,25 +140,7 @@ class HandlerOps:
                 engine.end(record, LeaseState.LOST, f"fatal: {outcome.detail}")
             raise BackendError("delete", record.message.id, outcome.kind, outcome.detail)
         finally:
-            self._after_op(record)
-
-    def _before_late_delete(self, record: LeaseRecord) -> None:
-        """A delete of a lease that is not active, or whose deadline passed: raise
-        unless it may still be sent (op lock held). An abandoned lease whose message
-        is still hidden may be; a lapsed one only where receipts rotate (rule 5)."""
-        state = record.state
-        if state is _ACTIVE:
-            self._lapsed(record)  # raises where the delete would prove nothing
-            return
-        if state is LeaseState.RELEASED:
-            if record.signalled:
-                raise LeaseLost(record.message.id, record.reason or "released")
-            raise LeaseError(
-                f"lease on message {record.message.id!r} was released ({record.reason}); "
-                "it cannot be completed"
-            )
-        if state is LeaseState.LOST or self._now() >= record.visible_until:
-            raise LeaseLost(record.message.id, record.reason or str(state))
+            self.after_op(record)
 
     def _lapsed(self, record: LeaseRecord) -> None:
         """The deadline passed unextended (op lock held): count the lapse, and where
@@ -149,7 +161,18 @@ class HandlerOps:
     ) -> None:
         """Release ``record``. ``stop_handler``: the release is not the handler's own
         doing (a shutdown), so set ``lease.lost`` to tell it to stop."""
-        backend = record.message.backend
+        seconds = self.release_delay(record, delay)
+        with record.op_lock:
+            if not self.prepare_release(record):
+                return
+            backend = record.message.backend
+            first = self.engine.calls.call(backend, "release", [record.handle()], seconds)[0]
+            outcome = self.retry(record, "release", seconds, first)
+            self.finish_release(record, outcome, seconds, stop_handler=stop_handler)
+
+    def release_delay(self, record: LeaseRecord, delay: float | None) -> float:
+        """The delay to release ``record`` with: ``delay``, checked, or the configured
+        one grown per receive; capped by the backend's maximum."""
         if delay is None:
             cfg = self._config
             count = max(1, record.message.receive_count)
@@ -159,44 +182,50 @@ class HandlerOps:
                 delay = math.inf
         elif not valid_delay(delay):
             raise ValueError(f"release delay must be a finite number >= 0, got {delay!r}")
-        delay = min(float(delay), backend.max_visibility)
+        return min(float(delay), record.message.backend.max_visibility)
+
+    def prepare_release(self, record: LeaseRecord) -> bool:
+        """Whether to send the release of ``record`` (op lock held): False when it
+        ended already; raises for a completed or lapsed one (rule 5)."""
+        state = record.state
+        if state is _COMPLETED:
+            raise LeaseError(
+                f"lease on message {record.message.id!r} was completed; cannot release"
+            )
+        if state is not _ACTIVE:
+            return False  # released already, or not ours to release
+        if self._now() >= record.visible_until:
+            self._lapsed(record)
+        return True
+
+    def finish_release(
+        self, record: LeaseRecord, outcome: Outcome, delay: float, *, stop_handler: bool
+    ) -> None:
+        """Apply a release's outcome (op lock held)."""
         engine = self.engine
-        with record.op_lock:
-            state = record.state
-            if state is _COMPLETED:
-                raise LeaseError(
-                    f"lease on message {record.message.id!r} was completed; cannot release"
+        try:
+            if outcome.kind == "lost":
+                engine.end(record, LeaseState.LOST, f"lost: {outcome.detail}")
+            elif outcome.kind == "ok":
+                reason = "released at shutdown" if stop_handler else f"released (delay {delay:g}s)"
+                engine.end(record, LeaseState.RELEASED, reason, stop_handler=stop_handler)
+            else:
+                # Could not release: stop renewing so it lapses and comes back anyway.
+                log.warning(
+                    "release of message %r failed (%s: %s); it will reappear when its "
+                    "invisibility runs out",
+                    record.message.id,
+                    outcome.kind,
+                    outcome.detail,
                 )
-            if state is not _ACTIVE:
-                return  # released already, or not ours to release
-            if self._now() >= record.visible_until:
-                self._lapsed(record)
-            try:
-                outcome = self._single(record, "release", delay)
-                if outcome.kind == "lost":
-                    engine.end(record, LeaseState.LOST, f"lost: {outcome.detail}")
-                elif outcome.kind == "ok":
-                    reason = (
-                        "released at shutdown" if stop_handler else f"released (delay {delay:g}s)"
-                    )
-                    engine.end(record, LeaseState.RELEASED, reason, stop_handler=stop_handler)
-                else:
-                    # Could not release: stop renewing so it lapses and comes back anyway.
-                    log.warning(
-                        "release of message %r failed (%s: %s); it will reappear when its "
-                        "invisibility runs out",
-                        record.message.id,
-                        outcome.kind,
-                        outcome.detail,
-                    )
-                    engine.end(
-                        record,
-                        LeaseState.RELEASED,
-                        f"release failed: {outcome.detail}",
-                        stop_handler=stop_handler,
-                    )
-            finally:
-                self._after_op(record)
+                engine.end(
+                    record,
+                    LeaseState.RELEASED,
+                    f"release failed: {outcome.detail}",
+                    stop_handler=stop_handler,
+                )
+        finally:
+            self.after_op(record)
 
     def abandon(self, record: LeaseRecord, reason: str) -> None:
         """Stop renewing ``record`` and report it (as max_lease_duration would)."""
@@ -205,22 +234,16 @@ class HandlerOps:
 
     # ------------------------------------------------------------------ shared
 
-    def _single(
-        self, record: LeaseRecord, operation: str, arg: float, first: Outcome | None = None
-    ) -> Outcome:
-        """Run a handler's delete/release, retrying transient errors a few times.
-        ``first``: the outcome of a first attempt already made."""
+    def retry(self, record: LeaseRecord, operation: str, arg: float, first: Outcome) -> Outcome:
+        """``first`` (the outcome of a first attempt), or, while it is transient and the
+        lease has time, that of up to ``OP_ATTEMPTS - 1`` more single calls."""
         backend = record.message.backend
-        if first is None:
-            first = call_backend(backend, operation, [record.handle()], arg)[0]
         outcome = first
         for attempt in range(1, OP_ATTEMPTS):
-            if outcome.kind != "retry":
-                return outcome
-            if self._clock.now() >= record.visible_until:
+            if outcome.kind != "retry" or self._now() >= record.visible_until:
                 break
             self._sleep(RETRY_BASE * 2 ** (attempt - 1) * self.engine.rng.uniform(0.5, 1.5))
-            outcome = call_backend(backend, operation, [record.handle()], arg)[0]
+            outcome = self.engine.calls.call(backend, operation, [record.handle()], arg)[0]
         return outcome
 
     def _sleep(self, seconds: float) -> None:
@@ -228,72 +251,9 @@ class HandlerOps:
         with gate:
             self._clock.wait(gate, seconds)
 
-    def _after_op(self, record: LeaseRecord) -> None:
+    def after_op(self, record: LeaseRecord) -> None:
         """After a handler's op: renew again if it is still ours, then report. (An
         extend that fell due meanwhile skipped the lease, which was left unscheduled.)"""
         if record.state is _ACTIVE and record.gen == 0:
             self.engine.reschedule(record)
         self.engine.drain()
-
-    # ------------------------------------------------------------------ close()
-
-    def release_all(self, deadline: float | None) -> None:
-        """Release every active lease, in batches, in parallel: a backend without
-        batch calls (MNS, Azure) would otherwise take one round trip per lease, one
-        after another, while a shutdown waits."""
-        engine = self.engine
-        chunks: list[tuple[Backend, Sequence[LeaseRecord]]] = []
-        by_backend: dict[int, tuple[Backend, list[LeaseRecord]]] = {}
-        for record in engine.records():
-            wait = -1.0 if deadline is None else max(0.0, deadline - self._clock.now())
-            # A handler may be mid-delete: wait for it rather than race it.
-            if not record.op_lock.acquire(timeout=wait):
-                continue
-            if record.state is not _ACTIVE:
-                record.op_lock.release()
-                continue
-            backend = record.message.backend
-            if self._clock.now() >= record.visible_until and not backend.rotates_receipts:
-                engine.end(record, LeaseState.LOST, _LAPSED)  # a release would prove nothing
-                record.op_lock.release()
-                continue
-            by_backend.setdefault(id(backend), (backend, []))[1].append(record)
-        for backend, records in by_backend.values():
-            chunks += [(backend, chunk) for chunk in chunked(records, backend.max_batch)]
-        ran = engine.dispatcher.run_all(
-            [(self._release_chunk, (backend, chunk)) for backend, chunk in chunks], deadline
-        )
-        for (_, chunk), done in zip(chunks, ran, strict=True):
-            if done:
-                continue
-            for record in chunk:  # still queued at the timeout: never sent
-                engine.end(
-                    record,
-                    LeaseState.RELEASED,
-                    "close() timed out before releasing it: it lapses",
-                    stop_handler=True,
-                )
-                record.op_lock.release()
-        engine.drain()
-
-    def _release_chunk(self, backend: Backend, chunk: Sequence[LeaseRecord]) -> None:
-        """Release one batch of leases whose op locks the caller took; unlock them."""
-        try:
-            handles = [record.handle() for record in chunk]
-            outcomes = call_backend(backend, "release", handles, 0.0)
-            for record, outcome in zip(chunk, outcomes, strict=True):
-                if outcome.kind not in ("ok", "lost"):
-                    log.warning(
-                        "close(): release of message %r failed (%s: %s); "
-                        "it reappears when its invisibility runs out",
-                        record.message.id,
-                        outcome.kind,
-                        outcome.detail,
-                    )
-                self.engine.end(
-                    record, LeaseState.RELEASED, "released by close()", stop_handler=True
-                )
-        finally:
-            for record in chunk:
-                record.op_lock.release()
-            self.engine.drain()  # close() may have returned already

@@ -18,10 +18,11 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
+from leasekeeper._batch_ops import BatchOps
 from leasekeeper._engine import RenewalEngine, check_backend
 from leasekeeper._handler_ops import HandlerOps
 from leasekeeper._metrics import Stats
@@ -31,6 +32,7 @@ from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.decorator import wrap_in_lease
 from leasekeeper.lease import Lease, LeaseScope
+from leasekeeper.observers import Observer
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -81,6 +83,7 @@ class LeaseManager:
             executor=executor,
         )
         self._ops = HandlerOps(self._engine)
+        self._batch = BatchOps(self._ops)
         # Builds the lease on register: Lease(owner, message, registered_at), through a
         # positional partial rather than a method, to save a frame on the hot path.
         self._new_lease = functools.partial(Lease, self._ops)
@@ -135,7 +138,7 @@ class LeaseManager:
         if not dispatcher.stop(deadline):
             return
         if release:
-            self._ops.release_all(deadline)
+            self._batch.release_all(deadline)
         dispatcher.shutdown(deadline)
 
     # ------------------------------------------------------------------ registering
@@ -184,6 +187,21 @@ class LeaseManager:
 
         return wrap_in_lease(func, scope)
 
+    def complete_many(self, leases: Sequence[Lease]) -> list[BaseException | None]:
+        """Complete several leases in batch calls (one per ``max_batch`` leases of a
+        backend). For each lease, in order: None when its message was deleted (or
+        it was completed already), else the exception ``lease.complete()`` would
+        have raised (``LeaseLost``, ``BackendError``, ...). One entry that fails
+        fails only its lease."""
+        return self._batch.complete_many(leases)
+
+    def release_many(
+        self, leases: Sequence[Lease], delay: float | None = None
+    ) -> list[BaseException | None]:
+        """Release several leases in batch calls; per lease what ``release(delay)``
+        would do (None, or the exception it would have raised)."""
+        return self._batch.release_many(leases, delay)
+
     def revoke(self, lease: Lease, delay: float = 0.0) -> None:
         """Release ``lease`` under its handler's feet (a shutdown): the message goes
         back after ``delay`` and the handler sees ``lease.lost`` set."""
@@ -198,6 +216,17 @@ class LeaseManager:
         return cast("list[Lease]", self._engine.records())
 
     # ------------------------------------------------------------------ observing
+
+    def add_observer(self, observer: Observer) -> None:
+        """Tell ``observer`` (a ``leasekeeper.observers.Observer``) what this manager
+        does from now on: every backend call, extension, lapse and ended lease."""
+        if not isinstance(observer, Observer):
+            raise TypeError(f"add_observer() takes an Observer, got {type(observer).__name__}")
+        self._engine.add_observer(observer)
+
+    def remove_observer(self, observer: Observer) -> None:
+        """Stop telling ``observer``; removing one not added does nothing."""
+        self._engine.remove_observer(observer)
 
     def stats(self) -> Stats:
         """A snapshot of the counters, scheduler lag and extend latency."""
