@@ -28,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import SYSTEM_CLOCK
@@ -55,10 +55,11 @@ class Worker:
     """Receive from a backend, run ``handler(message)`` under a lease, repeat.
 
     ``Worker(manager_or_backend, handler, *, concurrency=4, batch_size=10,
-    wait_seconds=1.0, shutdown_timeout=30.0, config=None, **config_fields)``.
-    Given a backend, the worker makes (and closes) its own LeaseManager from
-    ``config``/``config_fields``; given a manager, it uses that manager's backend
-    and leaves the manager open.
+    wait_seconds=1.0, shutdown_timeout=30.0, config=None, renewer=None,
+    **config_fields)``. Given a backend, the worker makes (and closes) its own
+    LeaseManager from ``config``/``config_fields`` and ``renewer`` ("thread", the
+    default, or "process": see docs/guide.md); given a manager, it uses that
+    manager's backend and leaves the manager open.
     """
 
     def __init__(
@@ -71,6 +72,7 @@ class Worker:
         wait_seconds: float = 1.0,
         shutdown_timeout: float = 30.0,
         config: LeaseConfig | None = None,
+        renewer: Literal["thread", "process"] | None = None,
         **config_fields: Any,
     ) -> None:
         if not callable(handler):
@@ -82,8 +84,10 @@ class Worker:
         if not wait_seconds >= 0:
             raise ValueError(f"wait_seconds must be >= 0, got {wait_seconds!r}")
         if isinstance(manager_or_backend, LeaseManager):
-            if config is not None or config_fields:
-                raise TypeError("pass config to the LeaseManager, not to a Worker built on one")
+            if config is not None or config_fields or renewer is not None:
+                raise TypeError(
+                    "pass config and renewer to the LeaseManager, not to a Worker built on one"
+                )
             if manager_or_backend.backend is None:
                 raise ValueError("the LeaseManager has no backend to receive from")
             self.manager = manager_or_backend
@@ -91,7 +95,9 @@ class Worker:
             self._owns_manager = False
         elif isinstance(manager_or_backend, Backend):
             self.backend = manager_or_backend
-            self.manager = LeaseManager(manager_or_backend, config, **config_fields)
+            self.manager = LeaseManager(
+                manager_or_backend, config, renewer=renewer or "thread", **config_fields
+            )
             self._owns_manager = True
         else:
             raise TypeError(
