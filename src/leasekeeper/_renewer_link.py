@@ -26,6 +26,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from leasekeeper._wire import recv_frame, send_frame
 from leasekeeper.errors import ConfigError, LeaseLost
 
 log = logging.getLogger("leasekeeper.renewer")
@@ -84,7 +85,7 @@ class RenewerLink:
         """Send ``frame``; raise LeaseLost when the renewer is gone."""
         try:
             with self._send_lock:
-                self._conn.send(frame)
+                send_frame(self._conn, frame)
         except OSError:
             raise LeaseLost("-", DIED) from None
 
@@ -96,7 +97,7 @@ class RenewerLink:
             request = next(self._requests)
             self._replies[request] = reply
             try:
-                self._conn.send(make(request))
+                send_frame(self._conn, make(request))
             except OSError:
                 del self._replies[request]
                 return DIED
@@ -124,7 +125,7 @@ class RenewerLink:
         """The reader thread: replies to their waiters, the rest to ``on_frame``."""
         while True:
             try:
-                frame = self._conn.recv()
+                frame = recv_frame(self._conn)
             except (EOFError, OSError):
                 break
             try:
@@ -171,11 +172,11 @@ def _start(payload: bytes) -> tuple[subprocess.Popen[bytes], Connection]:
     finally:
         theirs.close()
     conn = Connection(ours.detach())
-    conn.send((list(sys.path), os.getpid(), payload))
+    send_frame(conn, (list(sys.path), os.getpid(), payload))
     answer: Any = ("failed", "no answer")
     if conn.poll(START_TIMEOUT):
         try:
-            answer = conn.recv()
+            answer = recv_frame(conn)
         except (EOFError, OSError):
             answer = ("failed", "it exited while starting")
     if answer[0] != "ready":

@@ -19,7 +19,9 @@ alive. SIGINT and SIGTERM are ignored: the renewer shares its worker's fate, not
 its terminal's or its service manager's, and it must keep renewing while a
 worker's graceful shutdown lets its handlers finish.
 
-Replies and notices go out through their own sender thread, so a worker that is
+Requests are read and done by a pool of serving threads, leader/follower: the
+thread that reads a request does it, so the worker's round trip crosses no extra
+thread here. Notices go out through their own sender thread, so a worker that is
 not reading (stuck in C code) never stalls the renewals here.
 """
 
@@ -34,13 +36,13 @@ import queue
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
 from leasekeeper._record import LeaseRecord, LeaseState
-from leasekeeper._wire import encode_error
+from leasekeeper._wire import encode_error, recv_frame, send_frame
 from leasekeeper.backends.base import Message
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import LeaseError
@@ -82,7 +84,7 @@ class Outbox:
         """Send ``frame`` now, from this thread (a request's answer)."""
         try:
             with self._send_lock:
-                self._conn.send(frame)
+                send_frame(self._conn, frame)
         except OSError:
             pass  # the worker is gone: nobody to answer
 
@@ -91,30 +93,41 @@ class Outbox:
         self._queue.put(None)
         self._thread.join(timeout)
 
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait until what is queued now has been sent."""
+        sent = threading.Event()
+        self._queue.put(("__flushed__", sent))
+        sent.wait(timeout)
+
     def _run(self) -> None:
         while True:
             frame = self._queue.get()
             frames: list[tuple[Any, ...]] = []
+            flushed: list[threading.Event] = []
             done = frame is None
-            if frame is not None:
-                frames.append(frame)
-            while not done:
+            more: tuple[Any, ...] | None = frame
+            while more is not None:
+                if more[0] == "__flushed__":
+                    flushed.append(more[1])
+                else:
+                    frames.append(more)
                 try:
                     more = self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if more is None:
                     done = True
-                else:
-                    frames.append(more)
             try:
                 with self._send_lock:
                     if len(frames) == 1:
-                        self._conn.send(frames[0])
+                        send_frame(self._conn, frames[0])
                     elif frames:
-                        self._conn.send(("batch", frames))
+                        send_frame(self._conn, ("batch", frames))
             except OSError:
                 return  # the worker is gone: nobody to tell
+            finally:
+                for event in flushed:
+                    event.set()
             if done:
                 return
 
@@ -168,48 +181,104 @@ class ChildRenewer:
         self._keys: dict[int, int] = {}  # id(lease) -> key (the forwarder forgets ended ones)
         self._forwarder = Forwarder(outbox, self._leases, self._keys)
         manager.add_observer(self._forwarder)
-        self._ops = ThreadPoolExecutor(
-            max_workers=manager.config.max_concurrency, thread_name_prefix="leasekeeper-renewer-op"
-        )
+        # Leader/follower: whichever serving thread holds this lock reads the next
+        # frame, lets go, and does the request itself - no handoff to another thread
+        # on the worker's round trip. Cheap frames (add, abandon, ...) are done before
+        # letting go, so a complete can never overtake the add of its lease.
+        self._read_lock = threading.Lock()
+        self._done = threading.Event()  # closed, or the worker is gone
+        self._gone = False  # the worker is gone (not closed): release everything
+        self._busy_lock = threading.Lock()  # guards _busy
+        self._busy = 0  # requests being done now
+        self._threads = [
+            threading.Thread(
+                target=self._serve_frames, name=f"leasekeeper-renewer-op-{n}", daemon=True
+            )
+            for n in range(manager.config.max_concurrency)
+        ]
 
     def serve(self) -> None:
-        """Do what the worker asks until it closes us or dies."""
+        """Do what the worker asks until it closes us or dies (then release all)."""
+        for thread in self._threads:
+            thread.start()
         try:
-            self._loop()
-        except WorkerGone:
-            self._drain()
+            self._done.wait()
+        except WorkerGone:  # the parent-death signal or the watchdog, in this thread
+            self._gone = True
+            self._done.set()
+        # From here on the worker's death is known (or we were closed): no second
+        # notice of it may interrupt the release below.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {PARENT_DEATH_SIGNAL})
+        if self._gone:
+            self._drain()  # what the worker sent before it died, still unread
+            self._wait_idle(EXIT_RELEASE_TIMEOUT)  # what the worker asked before it died
             log.info("the worker is gone: releasing %d lease(s)", len(self._leases))
-            self._ops.shutdown(wait=True)
             self._manager.close(release=True, timeout=EXIT_RELEASE_TIMEOUT)
 
-    def _loop(self) -> None:
-        while True:
+    def _serve_frames(self) -> None:
+        while not self._done.is_set():
+            with self._read_lock:
+                if self._done.is_set():
+                    return
+                try:
+                    frame = recv_frame(self._conn)
+                except (EOFError, OSError):
+                    self._gone = True
+                    self._done.set()
+                    return
+                tag = frame[0]
+                if tag not in ("complete", "release"):
+                    self._handle(frame)
+                    continue
+                with self._busy_lock:
+                    self._busy += 1
             try:
-                frame = self._conn.recv()
-            except (EOFError, OSError):
-                raise WorkerGone from None
-            if frame[0] == "close":
-                self._close(frame[1], release=frame[2], timeout=frame[3])
-                return
-            self._handle(frame)
+                if tag == "complete":
+                    self._complete(frame[1], self._find(frame[2]))
+                else:
+                    self._release(frame[1], self._find(frame[2]), frame[3], frame[4])
+            except Exception:
+                log.exception("the worker's %s request failed", tag)
+            finally:
+                with self._busy_lock:
+                    self._busy -= 1
 
     def _drain(self) -> None:
-        """Do what the worker sent before it died (a complete it asked for is a
-        delete, not a release) before releasing the rest."""
-        with contextlib.suppress(EOFError, OSError):
+        """Do the frames a dead worker sent that nobody read yet (its last adds and
+        completes: a complete it asked for is a delete, not a release). The serving
+        threads stop reading once ``_done`` is set; one may still sit in a read, with
+        the lock, when no end of file comes (a forked copy of the worker holds the
+        socket): then there is nothing to drain."""
+        if not self._read_lock.acquire(timeout=1.0):
+            return
+        try:
             while self._conn.poll(0):
-                frame = self._conn.recv()
-                if frame[0] != "close":
+                frame = recv_frame(self._conn)
+                tag = frame[0]
+                if tag == "complete":
+                    self._complete(frame[1], self._find(frame[2]))
+                elif tag == "release":
+                    self._release(frame[1], self._find(frame[2]), frame[3], frame[4])
+                elif tag != "close":
                     self._handle(frame)
+        except (EOFError, OSError):
+            pass
+        finally:
+            self._read_lock.release()
+
+    def _wait_idle(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._busy_lock:
+                if self._busy == 0:
+                    return
+            time.sleep(0.01)
 
     def _handle(self, frame: tuple[Any, ...]) -> None:
+        """A cheap frame, done by the reading thread before it lets go."""
         tag = frame[0]
         if tag == "add":
             self._add(frame)
-        elif tag == "complete":
-            self._ops.submit(self._complete, frame[1], self._find(frame[2]))
-        elif tag == "release":
-            self._ops.submit(self._release, frame[1], self._find(frame[2]), frame[3], frame[4])
         elif tag == "abandon":
             lease = self._leases.get(frame[1])
             if lease is not None:
@@ -218,6 +287,15 @@ class ChildRenewer:
             self._outbox.reply(("done", frame[1], self._manager.stats()))
         elif tag == "observe":
             self._forwarder.events = bool(frame[1])
+        elif tag == "close":
+            # Holding the read lock, nothing new starts; then what runs finishes, the
+            # manager closes (its releases told to the worker), and only then the
+            # reply: the worker's close() returns with every lease's end applied.
+            self._wait_idle(EXIT_RELEASE_TIMEOUT)
+            self._manager.close(release=frame[2], timeout=frame[3])
+            self._outbox.flush()
+            self._outbox.reply(("done", frame[1], None))
+            self._done.set()
         else:
             log.error("unknown frame %r from the worker", tag)
 
@@ -287,11 +365,6 @@ class ChildRenewer:
                 results.append(exc)
         self._outbox.reply(("done", request, [encode_error(r) for r in results]))
 
-    def _close(self, request: int, *, release: bool, timeout: float | None) -> None:
-        self._ops.shutdown(wait=True)
-        self._manager.close(release=release, timeout=timeout)
-        self._outbox.reply(("done", request, None))
-
 
 def _unknown() -> LeaseError:
     return LeaseError("the renewer holds no such lease (it ended there)")
@@ -329,7 +402,7 @@ def main(argv: Sequence[str]) -> int:
     for ignored in (signal.SIGINT, signal.SIGTERM):
         signal.signal(ignored, signal.SIG_IGN)
     conn = Connection(int(argv[1]))
-    path, parent, payload = conn.recv()
+    path, parent, payload = recv_frame(conn)
     sys.path[:0] = [entry for entry in path if entry not in sys.path]
     try:
         watch_parent(parent)
@@ -341,13 +414,14 @@ def main(argv: Sequence[str]) -> int:
     except Exception as exc:
         # Type and text: a spec's build error says what is missing (an environment
         # variable, a credential) and, by the specs' design, holds no secret.
-        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        send_frame(conn, ("failed", f"{type(exc).__name__}: {exc}"))
         return 1
     outbox = Outbox(conn)
-    conn.send(("ready", os.getpid()))
+    renewer = ChildRenewer(conn, manager, outbox)
+    send_frame(conn, ("ready", os.getpid()))
     try:
-        ChildRenewer(conn, manager, outbox).serve()
-    except WorkerGone:
+        renewer.serve()
+    except WorkerGone:  # raised again while releasing: the release goes on
         manager.close(release=True, timeout=EXIT_RELEASE_TIMEOUT)
     finally:
         outbox.close()
