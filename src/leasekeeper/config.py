@@ -64,6 +64,11 @@ class LeaseConfig:
         that keeps failing waits longer each time. 1.0 keeps the delay fixed.
     max_concurrency
         Backend calls in flight at once from the scheduler's dispatch pool.
+    coalesce_window
+        How long a complete or release handed to ``complete_soon``/``release_soon``
+        (what ``Worker`` uses) may wait for others to share its batch call. At
+        most this much latency is added to a delete, and none when nobody else is
+        expected within it. 0 sends each at once.
     """
 
     visibility_timeout: float = 30.0
@@ -74,12 +79,18 @@ class LeaseConfig:
     release_delay: float = 0.0
     release_backoff: float = 1.0
     max_concurrency: int = 16
+    coalesce_window: float = 0.02
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise ints to floats once, here
         for name in _SECONDS_FIELDS:
             set_(self, name, _seconds(name, getattr(self, name)))
         set_(self, "release_delay", _seconds("release_delay", self.release_delay, allow_zero=True))
+        set_(
+            self,
+            "coalesce_window",
+            _seconds("coalesce_window", self.coalesce_window, allow_zero=True),
+        )
         if self.max_lease_duration is not None:
             set_(
                 self,

@@ -19,11 +19,13 @@ import functools
 import math
 import os
 import random
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast
 
 from leasekeeper._batch_ops import BatchOps
+from leasekeeper._coalesce import Coalescer
 from leasekeeper._engine import RenewalEngine, check_backend
 from leasekeeper._handler_ops import HandlerOps
 from leasekeeper._metrics import Stats
@@ -98,6 +100,9 @@ class LeaseManager:
         self._new_lease = functools.partial(Lease, self._ops)
         if backend is not None:
             check_backend(backend, self.config)
+        # The completes and releases waiting to share a batch call (made on first use).
+        self._coalesced: Coalescer | None = None
+        self._coalescer_lock = threading.Lock()  # guards creating _coalesced
         if renewer not in ("thread", "process"):
             raise ConfigError(f"renewer must be 'thread' or 'process', got {renewer!r}")
         self.renewer = renewer
@@ -167,6 +172,9 @@ class LeaseManager:
         ):
             # Checked before anything changes: a half-closed manager releases nothing.
             raise ValueError(f"close() timeout must be None or seconds >= 0, got {timeout!r}")
+        if self._coalesced is not None:
+            # Deletes first: a message whose handler succeeded is not released.
+            self._coalesced.close(timeout)
         if self._remote is not None:
             self._remote.close(release, timeout)
             return
@@ -244,6 +252,34 @@ class LeaseManager:
         if self._remote is not None:
             return self._remote.release_many(leases, delay)
         return self._batch.release_many(leases, delay)
+
+    def complete_soon(self, lease: Lease) -> Future[None]:
+        """Complete ``lease`` in a batch call shared with the completes that arrive
+        within ``coalesce_window``; returns at once. The future's result is None,
+        or the exception ``lease.complete()`` would have raised. See
+        docs/guide.md, "Coalesced completes"."""
+        return self._coalescer().complete(lease)
+
+    def release_soon(self, lease: Lease, delay: float | None = None) -> Future[None]:
+        """``release(delay)`` the way ``complete_soon`` completes."""
+        return self._coalescer().release(lease, delay)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send the completes and releases waiting to be coalesced, and wait for
+        their answers (``close()`` does this before it releases anything)."""
+        if self._coalesced is not None:
+            self._coalesced.flush(timeout)
+
+    def _coalescer(self) -> Coalescer:
+        coalesced = self._coalesced
+        if coalesced is None:
+            with self._coalescer_lock:
+                if self._coalesced is None:
+                    self._coalesced = Coalescer(
+                        self.complete_many, self.release_many, self.config.coalesce_window
+                    )
+                coalesced = self._coalesced
+        return coalesced
 
     def revoke(self, lease: Lease, delay: float = 0.0) -> None:
         """Release ``lease`` under its handler's feet (a shutdown): the message goes
