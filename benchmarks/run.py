@@ -28,6 +28,7 @@ from benchmarks import (
     bench_memory,
     bench_register,
     bench_renewer,
+    bench_worker_calls,
 )
 from benchmarks.common import (
     REPO_ROOT,
@@ -50,6 +51,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], BenchResult]]] = {
         bench_lag,
         bench_failover,
         bench_renewer,
+        bench_worker_calls,
     )
 }
 DOCS = REPO_ROOT / "docs" / "performance.md"
