@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import (
+    bench_adaptive,
     bench_calls,
     bench_capacity,
     bench_failover,
@@ -52,6 +53,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], BenchResult]]] = {
         bench_failover,
         bench_renewer,
         bench_worker_calls,
+        bench_adaptive,
     )
 }
 DOCS = REPO_ROOT / "docs" / "performance.md"
