@@ -227,3 +227,19 @@ def test_a_worker_with_a_process_renewer(moto_endpoint: str, queue_url: str) -> 
     assert (stats.completed, stats.lost, stats.failed) == (10, 0, 0)
     assert len(set(done)) == 10
     assert worker.manager.closed
+
+
+def test_the_default_managers_can_renew_in_a_process(moto_endpoint: str, queue_url: str) -> None:
+    import leasekeeper
+
+    fill(moto_endpoint, queue_url, 1)
+    backend = SQSBackend(make_client(moto_endpoint), queue_url)
+    leasekeeper.configure(renewer="process", visibility_timeout=10)
+    try:
+        (message,) = backend.receive(max_messages=1, wait_seconds=1)
+        with leasekeeper.lease(message) as held:
+            assert leasekeeper.default_manager(backend).renewer_pid != os.getpid()
+        assert held.state is LeaseState.COMPLETED
+    finally:
+        leasekeeper.shutdown()
+        leasekeeper.configure()
