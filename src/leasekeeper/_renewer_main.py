@@ -197,23 +197,36 @@ class ChildRenewer:
             for n in range(manager.config.max_concurrency)
         ]
 
-    def serve(self) -> None:
-        """Do what the worker asks until it closes us or dies (then release all)."""
-        for thread in self._threads:
-            thread.start()
-        try:
-            self._done.wait()
-        except WorkerGone:  # the parent-death signal or the watchdog, in this thread
+    def serve(self, watch: DeathWatch, *, gone: bool = False) -> None:
+        """Do what the worker asks until it closes us or dies (then release all).
+        ``gone``: the worker's death is known already (no serving threads start)."""
+        if gone:
             self._gone = True
             self._done.set()
-        # From here on the worker's death is known (or we were closed): no second
-        # notice of it may interrupt the release below.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {PARENT_DEATH_SIGNAL})
+        while True:
+            try:
+                if not self._gone:
+                    self._start_threads()
+                    self._done.wait()
+                # From here on no notice of the worker's death may interrupt what
+                # follows (a release cut short by one would never be redone).
+                watch.settle()
+                break
+            except WorkerGone:  # the parent-death signal or the watchdog, here
+                # The watch raised once and is settled: the next round cannot be
+                # interrupted.
+                self._gone = True
+                self._done.set()
         if self._gone:
             self._drain()  # what the worker sent before it died, still unread
             self._wait_idle(EXIT_RELEASE_TIMEOUT)  # what the worker asked before it died
             log.info("the worker is gone: releasing %d lease(s)", len(self._leases))
             self._manager.close(release=True, timeout=EXIT_RELEASE_TIMEOUT)
+
+    def _start_threads(self) -> None:
+        for thread in self._threads:
+            if thread.ident is None:
+                thread.start()
 
     def _serve_frames(self) -> None:
         while not self._done.is_set():
@@ -370,32 +383,49 @@ def _unknown() -> LeaseError:
     return LeaseError("the renewer holds no such lease (it ended there)")
 
 
-def watch_parent(parent: int) -> None:
-    """Turn the worker's death into WorkerGone in the main thread, however it shows."""
+class DeathWatch:
+    """Turns the worker's death into one WorkerGone in the main thread, however it
+    shows (the parent-death signal, or the watchdog seeing ``getppid()`` change).
 
-    raised = threading.Event()
+    It raises at most once, and never after ``settle()``: the main thread settles it
+    as soon as it knows how it ends (closed, or the worker gone by end of file), so a
+    late notice cannot cut short the release that follows. The flag is a plain
+    attribute, not a lock or an Event: the handler runs in the main thread, between
+    any two of its bytecodes, and must not wait for a lock that thread may hold.
+    """
 
-    def on_signal(signum: int, frame: object) -> None:
-        # Believed only once the parent really changed, and raised only once: a
-        # second signal must not interrupt the release the first one started.
-        if os.getppid() != parent and not raised.is_set():
-            raised.set()
+    def __init__(self, parent: int) -> None:
+        self.parent = parent
+        self.settled = False
+
+    def start(self) -> None:
+        signal.signal(PARENT_DEATH_SIGNAL, self.on_notice)
+        if sys.platform.startswith("linux"):
+            with contextlib.suppress(OSError, AttributeError):
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.prctl(_PR_SET_PDEATHSIG, int(PARENT_DEATH_SIGNAL), 0, 0, 0)
+        threading.Thread(
+            target=self._watchdog, name="leasekeeper-renewer-watchdog", daemon=True
+        ).start()
+        if os.getppid() != self.parent:  # it died before we could watch it
+            self.settled = True
             raise WorkerGone
 
-    signal.signal(PARENT_DEATH_SIGNAL, on_signal)
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, int(PARENT_DEATH_SIGNAL), 0, 0, 0)
+    def settle(self) -> None:
+        """No WorkerGone from here on."""
+        self.settled = True
 
-    def watchdog() -> None:
-        while os.getppid() == parent:
+    def on_notice(self, signum: int, frame: object) -> None:
+        # Believed only once the parent really changed (PR_SET_PDEATHSIG fires when
+        # the worker's *thread* that started us exits).
+        if not self.settled and os.getppid() != self.parent:
+            self.settled = True
+            raise WorkerGone
+
+    def _watchdog(self) -> None:
+        while os.getppid() == self.parent:
             threading.Event().wait(WATCH_INTERVAL)
         os.kill(os.getpid(), PARENT_DEATH_SIGNAL)
-
-    threading.Thread(target=watchdog, name="leasekeeper-renewer-watchdog", daemon=True).start()
-    if os.getppid() != parent:  # it died before we could watch it
-        raise WorkerGone
 
 
 def main(argv: Sequence[str]) -> int:
@@ -404,27 +434,34 @@ def main(argv: Sequence[str]) -> int:
     conn = Connection(int(argv[1]))
     path, parent, payload = recv_frame(conn)
     sys.path[:0] = [entry for entry in path if entry not in sys.path]
+    watch = DeathWatch(parent)
+    renewer: ChildRenewer | None = None
+    outbox: Outbox | None = None
     try:
-        watch_parent(parent)
-        spec, config = pickle.loads(payload)
-        backend = spec.build()
-        manager = LeaseManager(backend, LeaseConfig.from_fields(config, {}))
+        watch.start()
+        try:
+            spec, config = pickle.loads(payload)
+            backend = spec.build()
+            manager = LeaseManager(backend, LeaseConfig.from_fields(config, {}))
+        except WorkerGone:
+            raise
+        except Exception as exc:
+            # Type and text: a spec's build error says what is missing (an environment
+            # variable, a credential) and, by the specs' design, holds no secret.
+            send_frame(conn, ("failed", f"{type(exc).__name__}: {exc}"))
+            return 1
+        outbox = Outbox(conn)
+        renewer = ChildRenewer(conn, manager, outbox)
+        send_frame(conn, ("ready", os.getpid()))
+        renewer.serve(watch)
     except WorkerGone:
-        return 0
-    except Exception as exc:
-        # Type and text: a spec's build error says what is missing (an environment
-        # variable, a credential) and, by the specs' design, holds no secret.
-        send_frame(conn, ("failed", f"{type(exc).__name__}: {exc}"))
-        return 1
-    outbox = Outbox(conn)
-    renewer = ChildRenewer(conn, manager, outbox)
-    send_frame(conn, ("ready", os.getpid()))
-    try:
-        renewer.serve()
-    except WorkerGone:  # raised again while releasing: the release goes on
-        manager.close(release=True, timeout=EXIT_RELEASE_TIMEOUT)
+        # The worker died before serve() could take the notice; the watch is settled,
+        # so this release cannot be interrupted.
+        if renewer is not None:
+            renewer.serve(watch, gone=True)
     finally:
-        outbox.close()
+        if outbox is not None:
+            outbox.close()
     return 0
 
 

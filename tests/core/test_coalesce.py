@@ -56,32 +56,54 @@ def test_a_lone_caller_does_not_wait_out_the_window() -> None:
     manager.close()
 
 
+def queue_behind_a_held_call(
+    scripted: ScriptedBackend, manager: LeaseManager, operation: str, first: Any
+) -> Any:
+    """Send ``first`` alone and hold its call in the backend, so whatever is queued
+    next waits for the flusher and goes out together (a lone caller is sent at once:
+    without this, a loaded machine could let the flusher take the next one alone)."""
+    scripted.hold(operation)
+    future = (manager.complete_soon(first) if operation == "delete"
+              else manager.release_soon(first, 0))  # fmt: skip
+    assert scripted.entered[operation].wait(10)
+    return future
+
+
 def test_a_failed_entry_fails_only_its_own_caller() -> None:
     queue = MemoryQueue(60, rotate_receipts=True)
     scripted = ScriptedBackend(queue)
-    queue.send_many(["a", "b", "c"])
+    queue.send_many(["first", "a", "b", "c"])
     manager = LeaseManager(scripted, visibility_timeout=60, coalesce_window=5.0)
-    a, b, c = (manager.register(m) for m in scripted.receive(max_messages=3))
+    first, a, b, c = (manager.register(m) for m in scripted.receive(max_messages=4))
     queue.rotate_receipt(b.id)  # someone else received b
+    held = queue_behind_a_held_call(scripted, manager, "delete", first)
     futures = [manager.complete_soon(lease) for lease in (a, b, c)]
+    scripted.let_go("delete")
     manager.flush()
+    assert held.result() is None
     assert futures[0].result() is None and futures[2].result() is None
     with pytest.raises(LeaseLost):
         futures[1].result()
-    assert len(scripted.calls_of("delete")) == 1
+    deletes = [set(ids) for _, ids, _ in scripted.calls_of("delete")]
+    assert deletes == [{first.id}, {a.id, b.id, c.id}]  # the three in one call
     manager.close()
 
 
 def test_releases_coalesce_by_delay() -> None:
     queue = MemoryQueue(60)
-    queue.send_many(["a", "b", "c"])
-    manager = LeaseManager(queue, visibility_timeout=60, coalesce_window=5.0)
-    a, b, c = (manager.register(m) for m in queue.receive(max_messages=3))
+    scripted = ScriptedBackend(queue)
+    queue.send_many(["first", "a", "b", "c"])
+    manager = LeaseManager(scripted, visibility_timeout=60, coalesce_window=5.0)
+    first, a, b, c = (manager.register(m) for m in scripted.receive(max_messages=4))
+    held = queue_behind_a_held_call(scripted, manager, "release", first)
     futures = [manager.release_soon(a, 0), manager.release_soon(b, 0), manager.release_soon(c, 30)]
+    scripted.let_go("release")
     manager.flush()
-    assert [f.result() for f in futures] == [None, None, None]
-    assert queue.calls["release"] == 2  # one call per delay
-    assert queue.visible_count() == 2
+    assert [f.result() for f in [held, *futures]] == [None, None, None, None]
+    # One call per delay among those that waited together.
+    assert sorted((len(ids), delay) for _, ids, delay in scripted.calls_of("release")) == [
+        (1, 0.0), (1, 30.0), (2, 0.0)]  # fmt: skip
+    assert queue.visible_count() == 3
     manager.close()
 
 

@@ -1,0 +1,57 @@
+"""The renewer's watch on its worker raises once, and never after it is settled.
+
+A worker killed at once closes the socket (end of file, seen by a serving thread)
+and, on Linux, sends the parent-death signal, and the watchdog signals too when
+``getppid()`` changes. Whichever the renewer sees first, a later notice must not
+interrupt the release that follows: CI once saw none of 20 messages come back
+because the watchdog's signal cut the release short and the second ``close()`` did
+nothing. Run in a subprocess: the watch installs a signal handler and
+``PR_SET_PDEATHSIG`` on the process it runs in.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, signal
+    from leasekeeper._renewer_main import PARENT_DEATH_SIGNAL, DeathWatch, WorkerGone
+
+    def notice(watch):
+        try:
+            os.kill(os.getpid(), PARENT_DEATH_SIGNAL)  # handled before kill() returns
+        except WorkerGone:
+            return "raised"
+        return "quiet"
+
+    alive = DeathWatch(os.getppid())
+    alive.start()
+    print("parent alive:", notice(alive))
+
+    dead = DeathWatch(os.getppid())
+    signal.signal(PARENT_DEATH_SIGNAL, dead.on_notice)
+    dead.parent = -1  # as if the worker died and we were re-parented
+    print("first notice:", notice(dead), "second notice:", notice(dead))
+
+    settled = DeathWatch(os.getppid())
+    signal.signal(PARENT_DEATH_SIGNAL, settled.on_notice)
+    settled.settle()
+    settled.parent = -1
+    print("after settle:", notice(settled))
+    """
+)
+
+
+def test_the_watch_raises_once_and_never_after_it_is_settled() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "parent alive: quiet",  # a signal from a worker thread's exit is not a death
+        "first notice: raised second notice: quiet",
+        "after settle: quiet",
+    ]
