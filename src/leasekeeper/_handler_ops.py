@@ -36,6 +36,7 @@ _new_tuple = tuple.__new__  # builds a Handle without NamedTuple's Python-level 
 _COMPLETED = LeaseState.COMPLETED
 LAPSED = "lapsed: its invisibility ran out before it was extended"
 _LAPSED = LAPSED
+LATE_DELETE = "lapsed: the delete was answered after the deadline"
 
 
 def valid_delay(delay: object) -> bool:
@@ -94,7 +95,11 @@ class HandlerOps:
                 answer = exc
             if type(answer) is list and len(answer) == 1:
                 first = answer[0]
-                if type(first) is Outcome and first.kind == "ok":
+                if (
+                    type(first) is Outcome
+                    and first.kind == "ok"
+                    and (self._now() < record.visible_until or message.backend.rotates_receipts)
+                ):
                     self.engine.end_completed(record)
                     return
             first = checked(message.backend, "delete", 1, answer)[0]
@@ -129,8 +134,18 @@ class HandlerOps:
         """Apply a delete's outcome (op lock held): completed, or raise."""
         engine = self.engine
         if outcome.kind == "ok":
-            engine.end_completed(record)
-            return
+            if self._now() < record.visible_until or record.message.backend.rotates_receipts:
+                engine.end_completed(record)
+                return
+            # Rule 5, as for an extend: the answer came after the deadline, so the
+            # request may have reached the service after it too, when another consumer
+            # could hold the message; where receipts do not rotate (SQS) the service
+            # then answers success and deletes nothing. The message may come again.
+            try:
+                engine.end(record, LeaseState.LOST, LATE_DELETE)
+                raise LeaseLost(record.message.id, LATE_DELETE)
+            finally:
+                self.after_op(record)
         try:
             if outcome.kind == "lost":
                 # Rule 4: "not found" after we lost it is a loss, not a success.

@@ -115,6 +115,28 @@ def test_an_extend_answered_after_the_deadline(clock: ManualClock, rotate: bool)
 
 
 @pytest.mark.parametrize("rotate", [False, True])
+def test_a_delete_answered_after_the_deadline(clock: ManualClock, rotate: bool) -> None:
+    # complete() sends the delete 2 s before the deadline; it takes 5 s, so it may
+    # have reached the service after the deadline, when (on SQS) its success proves
+    # nothing: another consumer may hold the message and nothing was deleted.
+    queue = MemoryQueue(VIS, clock=clock, rotate_receipts=rotate)
+    backend = FaultyBackend(queue, seed=1, clock=clock, delete=Faults(latency=5.0))
+    manager = LeaseManager(backend, clock=clock, visibility_timeout=VIS)
+    queue.send("job")
+    lease = manager.register(backend.receive()[0])
+    manager.close(release=False)
+    clock.advance(VIS - 2)
+    if rotate:
+        lease.complete()  # the queue vouched for the receipt when it deleted
+        assert lease.state is LeaseState.COMPLETED
+    else:
+        with pytest.raises(LeaseLost, match="delete was answered after the deadline"):
+            lease.complete()
+        assert lease.state is LeaseState.LOST and lease.lost.is_set()
+        assert manager.stats().lost == 1
+
+
+@pytest.mark.parametrize("rotate", [False, True])
 def test_an_extend_sent_after_the_deadline(clock: ManualClock, rotate: bool) -> None:
     # One dispatch at a time on a ManualClock, 12 s a call: a's extend (due at 20)
     # comes back at 32, and b's (due at 21, deadline 31) only leaves then.
