@@ -204,3 +204,46 @@ def test_the_same_worker_with_sleeping_handlers_loses_nothing(
     assert (stale_deletes, void_extends) == (set(), set())
     assert stats.extended >= 3
     assert queue_counts(make_client(moto_endpoint), url) == (0, 0)
+
+
+def test_a_delete_that_reaches_the_service_after_the_deadline_is_no_completion(
+    moto_endpoint: str, make_queue: Any, real_sqs: Any
+) -> None:
+    """complete() sends its delete in time, but the request is slow (a congested
+    network, or the GIL taken right after the deadline check) and reaches SQS after
+    the deadline, when the competitor has received the message: SQS answers 200 and
+    deletes nothing. An extend answered that late ends the lease lost; so should
+    this delete, instead of reporting a completion while another consumer has it.
+
+    Known gap in the core (reported): until it is closed the test ends as an
+    expected failure, after checking that the scenario really happened."""
+    url = make_queue(visibility_timeout=2)
+    [message_id] = send_jobs(moto_endpoint, url, 1)
+    client = make_client(real_sqs.url)
+    backend = SQSBackend(client, url)
+    manager = LeaseManager(backend, **TIMING)
+    with Competitor(real_sqs.url, url) as other:
+
+        def slow_network(**_: Any) -> None:
+            # The delete is on its way until the deadline passed and the other consumer
+            # received the message (while complete() holds the lease, nothing renews it).
+            assert other.wait_for({message_id}, SETTLE), "the competitor got nothing"
+
+        client.meta.events.register("before-send.sqs.DeleteMessageBatch", slow_network)
+        lease = manager.register(receive_n(backend, 1)[0])
+        other.go()
+        outcome = "completed"
+        try:
+            lease.complete()
+        except LeaseLost:
+            outcome = "lost"
+    manager.close()
+    _, stale_deletes, _ = service_view(real_sqs)
+    assert stale_deletes == {message_id}  # the service answered 200 and deleted nothing
+    assert queue_counts(make_client(moto_endpoint), url) == (0, 1)
+    if outcome == "completed":
+        pytest.xfail(
+            "core gap: a delete answered after the lease's deadline counts as a completion "
+            "on SQS, where its success proves nothing (rule 5 covers extends only)"
+        )
+    assert lease.state is LeaseState.LOST and manager.stats().lost == 1
