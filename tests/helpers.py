@@ -1,8 +1,10 @@
-"""Test doubles shared by the core tests."""
+"""Test doubles and helpers shared by the tests."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from collections import defaultdict, deque
 from collections.abc import Sequence
 
@@ -94,3 +96,16 @@ class SignallingLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def hold_the_gil(seconds: float) -> None:
+    """Keep every other thread of this process off the CPU for ``seconds``, as a
+    C call that never releases the GIL (a big regex, a sort) would."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(seconds + 5.0)
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+    finally:
+        sys.setswitchinterval(previous)

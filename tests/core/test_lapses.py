@@ -13,7 +13,6 @@ GIL past the visibility timeout, as a CPU-bound handler does.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from typing import Any
@@ -23,6 +22,7 @@ import pytest
 from leasekeeper import LeaseLost, LeaseManager, LeaseState, Worker
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.testing import Faults, FaultyBackend, ManualClock
+from tests.helpers import hold_the_gil
 
 VIS = 30.0
 
@@ -159,19 +159,6 @@ def test_an_extend_sent_after_the_deadline(clock: ManualClock, rotate: bool) -> 
 
 
 # ---------------------------------------------------------------- real time, GIL held
-
-
-def hold_the_gil(seconds: float) -> None:
-    """Keep every other thread of this process off the CPU for ``seconds``, as a
-    C call that never releases the GIL (a big regex, a sort) would."""
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(seconds + 5.0)
-    try:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            pass
-    finally:
-        sys.setswitchinterval(previous)
 
 
 @pytest.mark.realtime

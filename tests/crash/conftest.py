@@ -26,6 +26,7 @@ from tests.mns.conftest import ACCESS_ID, ACCESS_KEY
 from tests.mns.conftest import make_queue as mns_make_queue
 from tests.services import CHILD_ENV, make_client
 from tests.sqs.conftest import make_queue as sqs_make_queue
+from tests.sqs.fault_proxy import FaultProxyProcess
 
 __all__ = ["azure_queue_name", "mns_make_queue", "sqs_make_queue"]
 
@@ -35,10 +36,16 @@ FIGURES_ENV = "LEASEKEEPER_CRASH_FIGURES"  # also write the session's figures th
 
 
 @pytest.fixture
-def sqs_target(moto_endpoint: str, sqs_make_queue: Callable[..., str]) -> QueueTarget:
+def sqs_target(moto_endpoint: str, sqs_make_queue: Callable[..., str]) -> Iterator[QueueTarget]:
+    """The workers reach moto through the fault proxy in ``real_sqs`` mode (no faults):
+    it answers old handles as SQS does, and it hands moto one receive, extend or
+    delete at a time - moto's message list is not thread-safe, and deletes racing
+    in it could bring a deleted message back, which the journal would then blame
+    on leasekeeper. The test's own counts and probe go to moto directly."""
     url = sqs_make_queue(visibility_timeout=VISIBILITY)
-    env = {**CHILD_ENV, "SQS_ENDPOINT": moto_endpoint, "SQS_QUEUE_URL": url}
-    return SQSTarget(make_client(moto_endpoint), url, env)
+    with FaultProxyProcess(moto_endpoint, error_rate=0.0, real_sqs=True) as proxy:
+        env = {**CHILD_ENV, "SQS_ENDPOINT": proxy.url, "SQS_QUEUE_URL": url}
+        yield SQSTarget(make_client(moto_endpoint), url, env)
 
 
 @pytest.fixture

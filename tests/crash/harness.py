@@ -115,6 +115,7 @@ class CrashRun:
     sent: list[str] = field(default_factory=list)
     started_at: float = field(default_factory=time.monotonic)
     last_kill_at: float | None = None
+    counts: list[tuple[float, int]] = field(default_factory=list)
 
     @property
     def journal(self) -> Path:
@@ -240,10 +241,22 @@ class CrashRun:
         proc.killed_by_test = True
         self._record_kill(proc, "test")
 
+    def unprocessed(self) -> list[str]:
+        """Sent messages no worker has journaled "done" for yet."""
+        done = {e.arg for e in read_journal(self.journal) if e.event == "done"}
+        return [mid for mid in self.sent if mid not in done]
+
     def drain(self, proc: WorkerProcess) -> None:
-        """Let ``proc`` run until the queue is empty, then stop it gracefully (SIGTERM)."""
+        """Let ``proc`` run until the queue is empty, then stop it gracefully (SIGTERM).
+
+        Empty means: the service counts no message, *and* the journal says every
+        sent message was processed at least once. The count alone is not enough:
+        a killed worker's messages stay hidden for up to a visibility timeout after
+        the kill, and a count taken as they turn visible may miss them (see
+        ``SQSTarget.remaining``); a standby stopped then would leave them behind.
+        """
         deadline = time.monotonic() + DRAIN_TIMEOUT
-        while self.target.remaining():
+        while self._remaining() or self.unprocessed():
             if proc.returncode is not None:
                 raise AssertionError(
                     f"worker {proc.index} ended ({proc.returncode}) with "
@@ -251,8 +264,9 @@ class CrashRun:
                 )
             if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"{self.target.remaining()} message(s) still in the queue "
-                    f"{DRAIN_TIMEOUT:g}s after the last kill\n{self.describe()}"
+                    f"{self.target.remaining()} message(s) still in the queue, "
+                    f"{len(self.unprocessed())} never processed, {DRAIN_TIMEOUT:g}s after "
+                    f"the last kill\n{self.describe()}"
                 )
             time.sleep(0.1)
         proc.popen.send_signal(signal.SIGTERM)
@@ -287,9 +301,17 @@ class CrashRun:
                     with contextlib.suppress(OSError):
                         stream.close()
 
+    def _remaining(self) -> int:
+        """``target.remaining()``, noted in ``counts`` whenever it changes."""
+        count = self.target.remaining()
+        if not self.counts or self.counts[-1][1] != count:
+            self.counts.append((round(time.monotonic() - self.started_at, 3), count))
+        return count
+
     def describe(self) -> str:
         lines = [f"workers: {[(p.index, p.kill_point, p.returncode) for p in self.workers]}"]
         lines.append(f"kills: {self.kills}")
+        lines.append(f"messages in the queue (seconds since the start, count): {self.counts}")
         lines.append("journal:")
         with contextlib.suppress(OSError):
             lines.append(self.journal.read_text()[-6000:])

@@ -11,8 +11,11 @@ then checks against the service and the workers' journal that
 2. every message was processed ("done") at least once;
 3. no message is lost, and nothing unknown was processed;
 4. a message was processed more than once only where a kill came after its
-   "done" and before its delete was confirmed (counted per scenario; the
-   session's table is printed at the end of the run).
+   "done" and before its delete was confirmed, or where a surviving worker's
+   lease was lost and reported (``on_lost``: a lapse on a loaded machine - then
+   the message is received again, and the duplicate is leasekeeper's documented
+   at-least-once behaviour, not a crash's); counted per scenario, the session's
+   table is printed at the end of the run.
 """
 
 from __future__ import annotations
@@ -41,15 +44,19 @@ def test_worker_killed_at_a_point(target: QueueTarget, kill_point: str, tmp_path
     orphaned = analysis.orphaned_at_kill[kill.worker]
     if kill_point in ("before_register", "extending_before_call", "extending_after_call"):
         # Killed before any handler could finish (3 s of work; the first extend is
-        # due 0.8 s after the receive): nothing was done, so nothing is done twice.
+        # due 0.8 s after the receive): nothing was done, so the crash made nothing
+        # be done twice (a lease lost under load may, and is reported).
         assert orphaned == []
-        assert figures["duplicates"] == 0
+        assert figures["unavoidable_duplicates"] == 0
+        assert figures["duplicates"] == figures["lapse_duplicates"]
     elif kill_point == "after_handler_before_delete":
         # The message whose delete was about to go out was done and not deleted:
-        # it had to come back, and was processed exactly once more.
+        # it had to come back, and was processed once more (and again only after a
+        # reported loss).
         [mid] = in_call
         assert mid in orphaned
-        assert len(analysis.dones[mid]) == 2, analysis.dones[mid]
+        assert analysis.unavoidable[mid] == 1, analysis.dones[mid]
+        assert len(analysis.dones[mid]) == 2 + analysis.load.get(mid, 0), analysis.dones[mid]
         assert figures["unavoidable_duplicates"] >= 1
     else:  # during_delete: the delete went out and was answered before the kill
         [mid] = in_call
