@@ -26,6 +26,7 @@ import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -40,6 +41,9 @@ from leasekeeper.manager import LeaseManager
 log = logging.getLogger("leasekeeper.worker")
 
 Handler = Callable[[Message], object]
+AroundHandler = Callable[[Message], AbstractContextManager[object]]
+
+_NO_SCOPE = contextlib.nullcontext()
 
 
 @dataclass
@@ -118,6 +122,11 @@ class Worker:
         self._done = threading.Event()
         #: The fatal ReceiveError that stopped the worker, if one did.
         self.error: ReceiveError | None = None
+        #: ``around_handler(message)``, when set, returns a context manager that is
+        #: entered before each message's lease scope and left after it, on the handler
+        #: thread: it sees the handler's exception or ``LeaseLost`` (``leasekeeper.otel``
+        #: puts a span there).
+        self.around_handler: AroundHandler | None = None
 
     # ------------------------------------------------------------------ control
 
@@ -269,8 +278,9 @@ class Worker:
 
     def _handle(self, message: Message, lease: Lease) -> None:
         outcome = "completed"
+        around = self.around_handler
         try:
-            with self.manager.lease(message):
+            with around(message) if around is not None else _NO_SCOPE, self.manager.lease(message):
                 self.handler(message)
         except LeaseLost as exc:
             outcome = "lost"
