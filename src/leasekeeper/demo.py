@@ -24,6 +24,7 @@ as an SVG file with ``--svg``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 import time
@@ -229,13 +230,15 @@ def run_demo(
             if interactive:
                 stream.flush()
     for o in outcomes:
-        o.timeline.summary = _summary(o, unit, final=True)
+        o.timeline.summary = _summary(o, unit, final=False)
     if interactive and not picture.live:
         write("\n")  # ends the progress line
     picture.draw(outcomes, final=True)
     write(_table(outcomes, unit))
     stream.flush()
     if svg is not None:
+        for o in outcomes:
+            o.timeline.summary = _summary(o, unit, final=True)
         Path(svg).write_text(
             render_svg(
                 [o.timeline for o in outcomes],
@@ -259,7 +262,7 @@ def _heading(unit: float, seconds: float) -> str:
 
 def _summary(o: Outcome, unit: float, *, final: bool) -> str:
     renewals = sum(len(run.renewals) for run in o.timeline.snapshot())
-    text = f"done {o.completed}/{JOBS}, duplicate runs {o.duplicates}, renewals {renewals}"
+    text = f"done {o.completed}/{JOBS}, {o.duplicates} duplicate runs, {renewals} renewals"
     if final:
         text += f", crash failover {_fmt_failover(o, unit).strip()}"
     return text
@@ -278,6 +281,7 @@ class _Picture:
         )
         size = shutil.get_terminal_size((80, 24))
         self.rows = size.lines
+        self.columns = size.columns
         # Whole columns per time unit, so the axis's ticks fall evenly.
         units = int(LIMIT_UNITS + 1)
         per_unit = max(2, min(4, (size.columns - 16) // units)) if interactive else 3
@@ -298,10 +302,13 @@ class _Picture:
         """Draw a frame; False (and no more live frames) when it does not fit."""
         lines = self.lines(outcomes)
         if final:
-            lines.append(legend(unicode=self.unicode))
-        if self.live and len(lines) >= self.rows - 1 and not final:
-            self.live = False  # taller than the terminal: it could not be redrawn in place
-            return False
+            lines += legend(unicode=self.unicode).split("\n")
+        elif self.live:
+            if len(lines) >= self.rows - 1:
+                self.live = False  # taller than the terminal: it could not be redrawn in place
+                return False
+            # A line that wrapped would take two rows and throw the redraw off by one.
+            lines = [_clip(line, self.columns - 1) for line in lines]
         write = self.stream.write
         if self.live and self.drawn:
             write(f"\x1b[{self.drawn}F\x1b[J")  # back to the frame's first line; clear
@@ -342,3 +349,25 @@ def _table(outcomes: list[Outcome], unit: float) -> str:
         "",
     ]
     return "\n" + "\n".join(lines + verdict)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _clip(line: str, width: int) -> str:
+    """``line`` cut to ``width`` visible characters (ANSI colour codes kept whole)."""
+    if len(_ANSI.sub("", line)) <= width:
+        return line
+    out: list[str] = []
+    visible = 0
+    position = 0
+    while position < len(line) and visible < width:
+        code = _ANSI.match(line, position)
+        if code:
+            out.append(code.group())
+            position = code.end()
+            continue
+        out.append(line[position])
+        visible += 1
+        position += 1
+    return "".join(out) + "\x1b[0m"

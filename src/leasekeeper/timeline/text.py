@@ -150,11 +150,12 @@ def _styled(text: str, style: str, color: bool) -> str:
 
 
 def legend(*, unicode: bool = True) -> str:
-    """One line saying what the glyphs mean."""
+    """Two lines saying what the glyphs mean."""
     g = UNICODE if unicode else ASCII
     e = g.ending
     return (
-        f"1-5 the worker that received the job, then {g.body} processing, {g.renewal} renewal, "
-        f"{e['completed']} deleted, {e['crashed']} crashed, {e['refused']} delete refused "
-        f"(someone else had it), {g.duplicate} duplicate run, {e['cut off']} still running"
+        f"1-5 the worker that received the job, then: {g.body} processing   "
+        f"{g.renewal} renewal   {g.duplicate} a duplicate run\n"
+        f"{e['completed']} deleted   {e['crashed']} crashed   {e['refused']} delete refused "
+        f"(another worker had the message)   {e['cut off']} still running"
     )
