@@ -161,16 +161,18 @@ def _panel(parts: list[str], timeline: Timeline, top: float, plot: float) -> flo
             'stroke-width="1.2" stroke-dasharray="3 2"/>'
         )
         gap = run.start - (crashed.end or 0.0)
-        parts.append(
-            _text(
-                (x0 + x1) / 2,
-                lift - 2,
-                f"back after {gap / timeline.unit:.1f} units",
-                size=10,
-                fill=RED,
-                anchor="middle",
-            )
+        label = f"back after {gap / timeline.unit:.1f} units"
+        after = max(x(run.last(now)), x1 + 3) + 16
+        room_after = all(
+            x(r.start) > after + 7 * len(label)
+            for ry, r in by_job[job]
+            if ry == run_y and r.start > run.start
         )
+        if x1 - x0 >= 150 or (not room_after and min(y0, y1) <= first_row + ROW):
+            # Over the arc: a long one has room there, and so has one on the first row.
+            parts.append(_text((x0 + x1) / 2, lift - 2, label, size=10, fill=RED, anchor="middle"))
+        elif room_after:  # a short arc between rows: after the re-delivered run instead
+            parts.append(_text(after, run_y + BAR - 3, label, size=10, fill=RED))
     parts.append("</g>")
     return bottom + (14 if timeline.marks else 0)
 
