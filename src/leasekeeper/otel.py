@@ -4,18 +4,16 @@
 picks and configures the SDK and its exporters). ``instrument(manager)`` adds an
 ``Observer`` to the manager and records on the meter ``leasekeeper``:
 
-================================== ========= ============ ===============================
-instrument                         kind      unit         what
-================================== ========= ============ ===============================
-messaging.client.operation.duration histogram s            every extend, delete, release
-leasekeeper.extensions             counter   {extension}  extend entries, by outcome
-leasekeeper.leases.lost            counter   {lease}      leases lost or abandoned, by reason
-leasekeeper.lapses                 counter   {lapse}      deadlines passed before an extend
-leasekeeper.renewal.headroom       histogram s            time left when an extend answered
-leasekeeper.leases.in_flight       gauge     {lease}      ``stats().in_flight``
-leasekeeper.scheduler.lag          gauge     s            ``stats().scheduler_lag_p50/p99``
-leasekeeper.scheduler.send_lag     gauge     s            ``stats().send_lag_p50/p99``
-================================== ========= ============ ===============================
+| instrument | kind | unit | what |
+|---|---|---|---|
+| messaging.client.operation.duration | histogram | s | every extend, delete, release call |
+| leasekeeper.extensions | counter | {extension} | extend entries, by outcome |
+| leasekeeper.leases.lost | counter | {lease} | leases lost or abandoned, by reason |
+| leasekeeper.lapses | counter | {lapse} | deadlines passed before an extend |
+| leasekeeper.renewal.headroom | histogram | s | time left when an extend answered |
+| leasekeeper.leases.in_flight | gauge | {lease} | ``stats().in_flight`` |
+| leasekeeper.scheduler.lag | gauge | s | ``stats().scheduler_lag_p50/p99`` |
+| leasekeeper.scheduler.send_lag | gauge | s | ``stats().send_lag_p50/p99`` |
 
 docs/observability.md has the attributes of each and why. Given a ``Worker``,
 ``instrument(worker)`` also wraps each handler run in a ``process`` span (kind
@@ -56,7 +54,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REASONS",
+    "SYSTEMS",
     "Instrumentation",
+    "backend_attributes",
     "destination_name",
     "error_type",
     "instrument",
@@ -351,9 +351,10 @@ def _process_span_name(attributes: Attributes) -> str:
 
 
 class Instrumentation:
-    """What ``instrument`` returns: ``uninstrument()`` stops recording (use it, or
-    ``with instrument(manager):``). Instruments already created stay with their
-    meter provider, as OpenTelemetry's do; their callbacks skip this manager."""
+    """What ``instrument`` returns (made only by it): ``uninstrument()`` stops
+    recording (call it, or ``with instrument(manager):``). Instruments already
+    created stay with their meter provider, as OpenTelemetry's do; their callbacks
+    skip this manager from then on."""
 
     def __init__(
         self,

@@ -2,37 +2,37 @@
 
 ``pip install 'leasekeeper[prometheus]'``. Nothing is registered on import: the
 collector is yours to register, on ``prometheus_client.REGISTRY`` or a registry
-of your own::
+of your own:
 
-    from prometheus_client import REGISTRY
-    from leasekeeper.prometheus import LeaseCollector
+```python
+from prometheus_client import REGISTRY
+from leasekeeper.prometheus import LeaseCollector
 
-    REGISTRY.register(LeaseCollector(manager))
+REGISTRY.register(LeaseCollector(manager))
+```
 
 Each scrape takes one ``manager.stats()`` snapshot (a few milliseconds at most:
 it sorts the last 2,048 timing samples of three kinds) and exposes, with the
 default ``namespace="leasekeeper"``:
 
-=========================================== ======= ==================================
-metric                                      type    from ``Stats``
-=========================================== ======= ==================================
-leasekeeper_leases_in_flight                gauge   in_flight
-leasekeeper_scheduler_running               gauge   ``manager.running`` (1 or 0)
-leasekeeper_leases_registered_total         counter registered
-leasekeeper_leases_ended_total{state}       counter completed, released, lost, abandoned
-leasekeeper_leases_capped_total             counter capped (part of abandoned)
-leasekeeper_extensions_total                counter extended
-leasekeeper_extend_calls_total              counter extend_calls
-leasekeeper_extend_errors_total             counter extend_errors
-leasekeeper_extend_retries_total            counter retries
-leasekeeper_lapses_total                    counter lapses
-leasekeeper_margin_warnings_total           counter margin_warnings
-leasekeeper_callback_errors_total           counter callback_errors
-leasekeeper_scheduler_errors_total          counter scheduler_errors
-leasekeeper_scheduler_lag_seconds{quantile} gauge   scheduler_lag_p50, _p99
-leasekeeper_send_lag_seconds{quantile}      gauge   send_lag_p50, _p99
-leasekeeper_extend_latency_seconds{quantile} gauge  extend_latency_p50, _p99
-=========================================== ======= ==================================
+| metric | type | from ``Stats`` |
+|---|---|---|
+| leasekeeper_leases_in_flight | gauge | in_flight |
+| leasekeeper_scheduler_running | gauge | ``manager.running`` (1 or 0) |
+| leasekeeper_leases_registered_total | counter | registered |
+| leasekeeper_leases_ended_total{state} | counter | completed, released, lost, abandoned |
+| leasekeeper_leases_capped_total | counter | capped (part of abandoned) |
+| leasekeeper_extensions_total | counter | extended |
+| leasekeeper_extend_calls_total | counter | extend_calls |
+| leasekeeper_extend_errors_total | counter | extend_errors |
+| leasekeeper_extend_retries_total | counter | retries |
+| leasekeeper_lapses_total | counter | lapses |
+| leasekeeper_margin_warnings_total | counter | margin_warnings |
+| leasekeeper_callback_errors_total | counter | callback_errors |
+| leasekeeper_scheduler_errors_total | counter | scheduler_errors |
+| leasekeeper_scheduler_lag_seconds{quantile} | gauge | scheduler_lag_p50, _p99 |
+| leasekeeper_send_lag_seconds{quantile} | gauge | send_lag_p50, _p99 |
+| leasekeeper_extend_latency_seconds{quantile} | gauge | extend_latency_p50, _p99 |
 
 ``serve_metrics(manager, port)`` serves them over HTTP on a registry of their own.
 """

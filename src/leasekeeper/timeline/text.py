@@ -1,11 +1,12 @@
 """A timeline drawn in a terminal: one row per job (more where runs overlap).
 
-::
-
-    (c) short timeout + leasekeeper   done 3/3 · duplicates 0
-           0  ·  ·  ·  ·  5  ·  ·  ·  ·  10 ·  ·  ·  ·  15 ·  units
-    job-1  1━━✗ 4+━+━+━+━✓
-    job-2  2+━+━+━+━✓
+```text
+(c) short timeout + leasekeeper   done 3/3, 0 duplicate runs, 13 renewals
+       0  ·  ·  ·  ·  5  ·  ·  ·  ·  10 ·  ·  ·  ·  15 ·  ·  ·  ·  20 ·  ·  ·  ·   units
+job-1  1━+✗ 5━+━+━+━+✓
+job-2  2━+━+━+━+✓
+job-3  3━+━+━+━+✓
+```
 
 Each run starts with the number of its worker, then runs right for as long as it
 lasted: ``+`` a renewal, ``✓`` deleted, ``✗`` crashed, ``⊘`` done but the delete was
