@@ -248,13 +248,17 @@ class _Instruments:
         )
 
     def live(self) -> list[tuple[LeaseManager, Attributes]]:
-        with self.lock:
-            handles = list(self.handles)
+        """The instrumented managers still alive, with their attributes (handles of
+        managers that were garbage-collected unremoved are dropped here)."""
         found = []
-        for handle in handles:
-            manager = handle.manager
-            if manager is not None:
-                found.append((manager, handle.attributes))
+        with self.lock:
+            kept = []
+            for handle in self.handles:
+                manager = handle.manager
+                if manager is not None:
+                    kept.append(handle)
+                    found.append((manager, handle.attributes))
+            self.handles = kept
         return found
 
     def _observe_in_flight(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
