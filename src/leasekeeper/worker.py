@@ -62,7 +62,9 @@ class Worker:
     wait_seconds=1.0, shutdown_timeout=30.0, config=None, **config_fields)``.
     Given a backend, the worker makes (and closes) its own LeaseManager from
     ``config``/``config_fields``; given a manager, it uses that manager's backend
-    and leaves the manager open.
+    and leaves the manager open. ``worker.around_handler``, when set, wraps each
+    message's handling, lease scope included (``leasekeeper.otel.instrument(worker)``
+    sets it to a tracing span).
     """
 
     def __init__(
@@ -125,7 +127,7 @@ class Worker:
         #: ``around_handler(message)``, when set, returns a context manager that is
         #: entered before each message's lease scope and left after it, on the handler
         #: thread: it sees the handler's exception or ``LeaseLost`` (``leasekeeper.otel``
-        #: puts a span there).
+        #: puts a span there). It must not raise: the message is leased already.
         self.around_handler: AroundHandler | None = None
 
     # ------------------------------------------------------------------ control

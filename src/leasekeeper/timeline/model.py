@@ -63,7 +63,9 @@ class Timeline:
     names: dict[str, str] = field(default_factory=dict)
     marks: list[tuple[float, str]] = field(default_factory=list)  # (when, what): a crash, ...
     finished: float | None = None  # when the scenario stopped (seconds since origin)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _lock: threading.Lock = field(
+        default_factory=threading.Lock, init=False, repr=False, compare=False
+    )
 
     def now(self) -> float:
         return time.monotonic() - self.origin
