@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import (
+    bench_adaptive,
     bench_calls,
     bench_capacity,
     bench_failover,
@@ -27,6 +28,8 @@ from benchmarks import (
     bench_lag,
     bench_memory,
     bench_register,
+    bench_renewer,
+    bench_worker_calls,
 )
 from benchmarks.common import (
     REPO_ROOT,
@@ -48,6 +51,9 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], BenchResult]]] = {
         bench_capacity,
         bench_lag,
         bench_failover,
+        bench_renewer,
+        bench_worker_calls,
+        bench_adaptive,
     )
 }
 DOCS = REPO_ROOT / "docs" / "performance.md"

@@ -86,7 +86,12 @@ class RenewalEngine:
         self.config = config
         self.clock = clock
         self.metrics = Metrics()
+        # The extend threshold in force; with extend_threshold="auto", adapted to the
+        # measured send lag and extend latency (adapt_threshold).
         self.threshold = config.threshold
+        self._adaptive = config.adaptive
+        self._threshold_bounds = config.threshold_bounds
+        self._next_adapt = -math.inf
         self.on_lost = on_lost
         self._now = now_function(clock)
         self._minimal_life = config.minimal_life
@@ -211,7 +216,25 @@ class RenewalEngine:
 
     def stats(self) -> Stats:
         with self.registry_lock:
-            return self.metrics.snapshot(self.schedule.count())
+            return self.metrics.snapshot(self.schedule.count(), self.threshold)
+
+    def adapt_threshold(self, now: float) -> None:
+        """With ``extend_threshold="auto"``: at most once a second, set the threshold
+        to ``timer_interval + 3 x p99(send lag + extend latency)`` within its bounds,
+        once 10 extend calls have been measured. (Called after each extend call.)"""
+        if not self._adaptive or now < self._next_adapt:
+            return
+        self._next_adapt = now + 1.0
+        metrics = self.metrics
+        if metrics.extend_latency.count < 10:
+            return
+        late = metrics.send_lag.percentile(0.99) + metrics.extend_latency.percentile(0.99)
+        floor, cap = self._threshold_bounds
+        wanted = self.config.timer_interval + 3.0 * late
+        threshold = min(cap, max(floor, wanted))
+        if abs(threshold - self.threshold) > 0.05 * self.threshold:
+            log.info("extend_threshold adapted: %.3fs (p99 lateness %.3fs)", threshold, late)
+        self.threshold = threshold
 
     def add_observer(self, observer: Observer) -> None:
         with self.registry_lock:

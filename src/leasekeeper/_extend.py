@@ -42,7 +42,6 @@ class Extender:
         self._metrics = engine.metrics
         self._clock = engine.clock
         self._config = engine.config
-        self._threshold = engine.threshold
 
     def extend_batch(self, lane: Lane, records: Sequence[LeaseRecord]) -> None:
         """Extend one chunk of due leases (runs on a dispatch thread)."""
@@ -118,6 +117,7 @@ class Extender:
                 backend, record, outcome, sent_at=sent_at, answered_at=answered_at, asked=asked
             )
         self._check_margin(send_lag, latency)
+        self._engine.adapt_threshold(answered_at)
 
     def _plan_extend(self, backend: Backend, record: LeaseRecord, now: float) -> float | None:
         """How long to ask for, or None after ending the lease (lost, abandoned, capped)."""
@@ -254,7 +254,8 @@ class Extender:
     def _check_margin(self, lag: float, latency: float) -> None:
         """Rule 3: warn when lateness (the scheduler's own, and waiting for a dispatch
         thread) plus call latency eat into the extend threshold."""
-        if lag + latency <= self._threshold / 2:
+        threshold = self._engine.threshold
+        if lag + latency <= threshold / 2:
             return
         now = self._clock.now()
         with self._lock:
@@ -265,5 +266,5 @@ class Extender:
             "(%.3fs): leases risk lapsing; raise extend_threshold or max_concurrency",
             lag,
             latency,
-            self._threshold,
+            threshold,
         )

@@ -52,6 +52,7 @@ class Stats:
     send_lag_p99: float
     extend_latency_p50: float
     extend_latency_p99: float
+    extend_threshold: float = 0.0  # the threshold in force (adapted with "auto")
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -82,6 +83,11 @@ class SampleRing:
 
     def snapshot(self) -> list[float]:
         return self._data[: self._count].tolist()
+
+    @property
+    def count(self) -> int:
+        """Samples held (up to the ring's size)."""
+        return self._count
 
     def percentile(self, q: float) -> float:
         return percentile(self.snapshot(), q)
@@ -137,7 +143,7 @@ class Metrics:
         self._lapse_lines = 0
         self._lapses_unlogged = 0
 
-    def snapshot(self, in_flight: int) -> Stats:
+    def snapshot(self, in_flight: int, threshold: float = 0.0) -> Stats:
         """A Stats of the counters now (call it under the engine's registry lock)."""
         lag = self.scheduler_lag.snapshot()
         send = self.send_lag.snapshot()
@@ -164,6 +170,7 @@ class Metrics:
             send_lag_p99=percentile(send, 0.99),
             extend_latency_p50=percentile(latency, 0.50),
             extend_latency_p99=percentile(latency, 0.99),
+            extend_threshold=threshold,
         )
 
     # ------------------------------------------------------------------ rate-limited warnings

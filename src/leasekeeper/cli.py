@@ -58,7 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if raw is None:
             continue
         try:
-            fields[f.name] = int(raw) if f.name == "max_concurrency" else float(raw)
+            if f.name == "extend_threshold" and raw == "auto":
+                fields[f.name] = raw
+            else:
+                fields[f.name] = int(raw) if f.name == "max_concurrency" else float(raw)
         except ValueError:
             fields[f.name] = raw  # let LeaseConfig say what is wrong with it
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from leasekeeper.errors import ConfigError
 
@@ -50,7 +50,13 @@ class LeaseConfig:
     extend_threshold
         A lease is extended when less than this remains of its invisibility.
         ``None`` derives ``max(timer_interval + minimal_life, visibility_timeout / 3)``.
-        It must lie strictly between ``timer_interval`` and ``visibility_timeout``.
+        A number must lie strictly between ``timer_interval`` and
+        ``visibility_timeout``. ``"auto"`` adapts it to what the manager measures:
+        ``timer_interval + 3 x p99(send lag + extend latency)``, at least
+        ``timer_interval + minimal_life`` (the sample's rule) and at most
+        ``0.8 x visibility_timeout``; it starts at the derived default until 10
+        extend calls have been measured, and is recomputed at most once a second. A
+        slow or throttled service gets earlier renewals; a fast one fewer calls.
     minimal_life
         The least invisibility a message may have left when registered.
     max_lease_duration
@@ -64,22 +70,33 @@ class LeaseConfig:
         that keeps failing waits longer each time. 1.0 keeps the delay fixed.
     max_concurrency
         Backend calls in flight at once from the scheduler's dispatch pool.
+    coalesce_window
+        How long a complete or release handed to ``complete_soon``/``release_soon``
+        (what ``Worker`` uses) may wait for others to share its batch call. At
+        most this much latency is added to a delete, and none when nobody else is
+        expected within it. 0 sends each at once.
     """
 
     visibility_timeout: float = 30.0
     timer_interval: float = 1.0
-    extend_threshold: float | None = None
+    extend_threshold: float | Literal["auto"] | None = None
     minimal_life: float = 2.0
     max_lease_duration: float | None = None
     release_delay: float = 0.0
     release_backoff: float = 1.0
     max_concurrency: int = 16
+    coalesce_window: float = 0.02
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise ints to floats once, here
         for name in _SECONDS_FIELDS:
             set_(self, name, _seconds(name, getattr(self, name)))
         set_(self, "release_delay", _seconds("release_delay", self.release_delay, allow_zero=True))
+        set_(
+            self,
+            "coalesce_window",
+            _seconds("coalesce_window", self.coalesce_window, allow_zero=True),
+        )
         if self.max_lease_duration is not None:
             set_(
                 self,
@@ -112,7 +129,7 @@ class LeaseConfig:
                 f"visibility_timeout ({vis:g}) must exceed timer_interval ({tick:g}) "
                 f"+ minimal_life ({life:g})"
             )
-        if self.extend_threshold is not None:
+        if self.extend_threshold is not None and self.extend_threshold != "auto":
             threshold = _seconds("extend_threshold", self.extend_threshold)
             if threshold <= tick:
                 raise ConfigError(
@@ -128,10 +145,22 @@ class LeaseConfig:
 
     @property
     def threshold(self) -> float:
-        """The extend threshold in force: the configured one or the derived default."""
-        if self.extend_threshold is not None:
+        """The extend threshold to start with: the configured one or the derived
+        default (with ``"auto"``, the default until measurements take over)."""
+        if isinstance(self.extend_threshold, float):
             return self.extend_threshold
         return max(self.timer_interval + self.minimal_life, self.visibility_timeout / 3.0)
+
+    @property
+    def adaptive(self) -> bool:
+        """Does the threshold adapt to measurements (``extend_threshold="auto"``)?"""
+        return self.extend_threshold == "auto"
+
+    @property
+    def threshold_bounds(self) -> tuple[float, float]:
+        """What an adaptive threshold stays within: the sample's rule, and a cap that
+        leaves a fifth of the timeout between renewals."""
+        return self.timer_interval + self.minimal_life, 0.8 * self.visibility_timeout
 
     def check_backend(self, backend: object, max_visibility: float) -> None:
         """Raise ConfigError when this config asks more than ``backend`` can give."""

@@ -12,7 +12,7 @@ import atexit
 import os
 import threading
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import Clock
@@ -28,7 +28,12 @@ R = TypeVar("R")
 # Guards _managers and _settings.
 _defaults_lock = threading.Lock()
 _managers: dict[int, LeaseManager] = {}
-_settings: dict[str, Any] = {"config": LeaseConfig(), "on_lost": None, "clock": None}
+_settings: dict[str, Any] = {
+    "config": LeaseConfig(),
+    "on_lost": None,
+    "clock": None,
+    "renewer": "thread",
+}
 
 
 def configure(
@@ -36,9 +41,11 @@ def configure(
     *,
     on_lost: OnLost | None = None,
     clock: Clock | None = None,
+    renewer: Literal["thread", "process"] = "thread",
     **config_fields: Any,
 ) -> LeaseConfig:
-    """Set what the default managers of ``lease(msg)`` and ``@leased`` use.
+    """Set what the default managers of ``lease(msg)`` and ``@leased`` use
+    (``renewer``: where they renew, see ``LeaseManager``).
 
     Call it before the first ``lease()``. Default managers with no active lease are
     closed and recreated with the new settings on next use; if any still holds a
@@ -55,7 +62,7 @@ def configure(
             )
         old = list(_managers.values())
         _managers.clear()
-        _settings.update(config=new_config, on_lost=on_lost, clock=clock)
+        _settings.update(config=new_config, on_lost=on_lost, clock=clock, renewer=renewer)
     for manager in old:
         manager.close()
     return new_config
@@ -71,6 +78,7 @@ def default_manager(backend: Backend) -> LeaseManager:
                 _settings["config"],
                 on_lost=_settings["on_lost"],
                 clock=_settings["clock"],
+                renewer=_settings["renewer"],
             )
             _managers[id(backend)] = manager
         return manager

@@ -17,20 +17,25 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import random
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from concurrent.futures import Executor, Future
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast
 
 from leasekeeper._batch_ops import BatchOps
+from leasekeeper._coalesce import Coalescer
 from leasekeeper._engine import RenewalEngine, check_backend
 from leasekeeper._handler_ops import HandlerOps
 from leasekeeper._metrics import Stats
+from leasekeeper._process import ProcessRenewer
 from leasekeeper._record import LeaseRecord
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.decorator import wrap_in_lease
+from leasekeeper.errors import ConfigError, ManagerClosed
 from leasekeeper.lease import Lease, LeaseScope
 from leasekeeper.observers import Observer
 
@@ -54,6 +59,11 @@ class LeaseManager:
     checks the config against its limits up front. ``on_lost(lease, reason)`` is
     called (from a leasekeeper thread) for every lease that is lost or abandoned.
 
+    ``renewer="process"`` renews in a child process of its own (see
+    docs/guide.md, "Choosing a renewer"): a handler holding the GIL does not stop
+    renewals, and when this process dies its leases are released at once. It needs
+    a ``backend`` with ``spec()`` (SQS, MNS, Azure) and the system clock.
+
     For tests and simulations: ``jitter_seed`` seeds the jitter of retry delays, so
     a run on a ManualClock replays exactly; ``executor`` (a
     ``concurrent.futures.Executor``) runs the extend calls instead of the manager's
@@ -69,6 +79,7 @@ class LeaseManager:
         clock: Clock | None = None,
         jitter_seed: int | None = None,
         executor: Executor | None = None,
+        renewer: Literal["thread", "process"] = "thread",
         **config_fields: Any,
     ) -> None:
         self.config = LeaseConfig.from_fields(config, config_fields)
@@ -89,12 +100,30 @@ class LeaseManager:
         self._new_lease = functools.partial(Lease, self._ops)
         if backend is not None:
             check_backend(backend, self.config)
+        # The completes and releases waiting to share a batch call (made on first use).
+        self._coalesced: Coalescer | None = None
+        self._coalescer_lock = threading.Lock()  # guards creating _coalesced
+        if renewer not in ("thread", "process"):
+            raise ConfigError(f"renewer must be 'thread' or 'process', got {renewer!r}")
+        self.renewer = renewer
+        # The out-of-process renewer, when there is one: then every lease operation
+        # goes there, and the thread-mode engine above stays idle.
+        self._remote: ProcessRenewer | None = None
+        self._owner: object = self._ops  # what a lease of this manager has as its owner
+        if renewer == "process":
+            if backend is None:
+                raise ConfigError("renewer='process' needs the backend to rebuild there")
+            self._remote = ProcessRenewer(backend, self.config, self.clock, on_lost=self._tell_lost)
+            self._owner = self._remote
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> LeaseManager:
         """Start the scheduler. Implicit on the first register; returns self."""
-        self._engine.start()
+        if self._remote is None:
+            self._engine.start()
+        elif self._remote.closed:
+            raise ManagerClosed("this LeaseManager is closed")
         return self
 
     def __enter__(self) -> LeaseManager:
@@ -110,13 +139,23 @@ class LeaseManager:
 
     @property
     def closed(self) -> bool:
-        return self._engine.closed
+        return self._engine.closed if self._remote is None else self._remote.closed
 
     @property
     def running(self) -> bool:
         """True while renewing: started, not closed, and its scheduler thread alive
         (a liveness check for a health endpoint)."""
+        if self._remote is not None:
+            return self._remote.running
         return self._engine.dispatcher.running
+
+    @property
+    def renewer_pid(self) -> int:
+        """The process that renews: this one's pid, or the renewer process's with
+        ``renewer="process"`` (0 while it is being replaced)."""
+        if self._remote is None:
+            return os.getpid()
+        return self._remote.pid
 
     def close(self, release: bool = True, timeout: float | None = None) -> None:
         """Stop renewing. With ``release=True`` (the default) every lease still active
@@ -133,6 +172,12 @@ class LeaseManager:
         ):
             # Checked before anything changes: a half-closed manager releases nothing.
             raise ValueError(f"close() timeout must be None or seconds >= 0, got {timeout!r}")
+        if self._coalesced is not None:
+            # Deletes first: a message whose handler succeeded is not released.
+            self._coalesced.close(timeout)
+        if self._remote is not None:
+            self._remote.close(release, timeout)
+            return
         deadline = None if timeout is None else self.clock.now() + timeout
         dispatcher = self._engine.dispatcher
         if not dispatcher.stop(deadline):
@@ -157,10 +202,12 @@ class LeaseManager:
                 f"{type(message).__qualname__}"
             )
         ended_ref = message.ended_lease
-        if ended_ref is not None and not self._engine.closed:
+        if ended_ref is not None and not self.closed:
             ended = ended_ref()
-            if isinstance(ended, Lease) and ended.owner is self._ops:
+            if isinstance(ended, Lease) and ended.owner is self._owner:
                 return ended  # its lease ended: the same lease, not a second one
+        if self._remote is not None:
+            return self._remote.register(message)
         # Every record this manager's engine makes is a Lease (no typing.cast here: it
         # is a function call, and this is the register/complete hot path).
         return self._engine.register(message, self._new_lease)  # type: ignore[return-value]
@@ -193,6 +240,8 @@ class LeaseManager:
         it was completed already), else the exception ``lease.complete()`` would
         have raised (``LeaseLost``, ``BackendError``, ...). One entry that fails
         fails only its lease."""
+        if self._remote is not None:
+            return self._remote.complete_many(leases)
         return self._batch.complete_many(leases)
 
     def release_many(
@@ -200,19 +249,56 @@ class LeaseManager:
     ) -> list[BaseException | None]:
         """Release several leases in batch calls; per lease what ``release(delay)``
         would do (None, or the exception it would have raised)."""
+        if self._remote is not None:
+            return self._remote.release_many(leases, delay)
         return self._batch.release_many(leases, delay)
+
+    def complete_soon(self, lease: Lease) -> Future[None]:
+        """Complete ``lease`` in a batch call shared with the completes that arrive
+        within ``coalesce_window``; returns at once. The future's result is None,
+        or the exception ``lease.complete()`` would have raised. See
+        docs/guide.md, "Coalesced completes"."""
+        return self._coalescer().complete(lease)
+
+    def release_soon(self, lease: Lease, delay: float | None = None) -> Future[None]:
+        """``release(delay)`` the way ``complete_soon`` completes."""
+        return self._coalescer().release(lease, delay)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send the completes and releases waiting to be coalesced, and wait for
+        their answers (``close()`` does this before it releases anything)."""
+        if self._coalesced is not None:
+            self._coalesced.flush(timeout)
+
+    def _coalescer(self) -> Coalescer:
+        coalesced = self._coalesced
+        if coalesced is None:
+            with self._coalescer_lock:
+                if self._coalesced is None:
+                    self._coalesced = Coalescer(
+                        self.complete_many, self.release_many, self.config.coalesce_window
+                    )
+                coalesced = self._coalesced
+        return coalesced
 
     def revoke(self, lease: Lease, delay: float = 0.0) -> None:
         """Release ``lease`` under its handler's feet (a shutdown): the message goes
         back after ``delay`` and the handler sees ``lease.lost`` set."""
+        if self._remote is not None:
+            self._remote.revoke(lease, delay)
+            return
         self._ops.release(lease, delay, stop_handler=True)
 
     def get(self, message: Message) -> Lease | None:
         """The active lease on ``message``, if any."""
+        if self._remote is not None:
+            return self._remote.get(message)
         return cast("Lease | None", self._engine.get(message))
 
     def leases(self) -> list[Lease]:
         """A snapshot list of the active leases."""
+        if self._remote is not None:
+            return self._remote.leases()
         return cast("list[Lease]", self._engine.records())
 
     # ------------------------------------------------------------------ observing
@@ -222,14 +308,22 @@ class LeaseManager:
         does from now on: every backend call, extension, lapse and ended lease."""
         if not isinstance(observer, Observer):
             raise TypeError(f"add_observer() takes an Observer, got {type(observer).__name__}")
+        if self._remote is not None:
+            self._remote.add_observer(observer)
+            return
         self._engine.add_observer(observer)
 
     def remove_observer(self, observer: Observer) -> None:
         """Stop telling ``observer``; removing one not added does nothing."""
+        if self._remote is not None:
+            self._remote.remove_observer(observer)
+            return
         self._engine.remove_observer(observer)
 
     def stats(self) -> Stats:
         """A snapshot of the counters, scheduler lag and extend latency."""
+        if self._remote is not None:
+            return self._remote.stats()
         return self._engine.stats()
 
     # Driven-clock protocol (leasekeeper.clock.ClockDriven), for tests that step it.
@@ -240,7 +334,14 @@ class LeaseManager:
         self._engine.dispatcher.run_due()
 
     def __repr__(self) -> str:
+        vis = self.config.visibility_timeout
+        if self._remote is not None:
+            state = "closed" if self._remote.closed else "running"
+            leases = self._remote.count()
+            return (
+                f"<LeaseManager {state} renewer=process leases={leases} "
+                f"visibility_timeout={vis:g}s>"
+            )
         engine = self._engine
         state = "closed" if engine.closed else ("running" if engine.started else "idle")
-        vis = self.config.visibility_timeout
         return f"<LeaseManager {state} leases={engine.count()} visibility_timeout={vis:g}s>"

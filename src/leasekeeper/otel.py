@@ -14,6 +14,7 @@ picks and configures the SDK and its exporters). ``instrument(manager)`` adds an
 | leasekeeper.leases.in_flight | gauge | {lease} | ``stats().in_flight`` |
 | leasekeeper.scheduler.lag | gauge | s | ``stats().scheduler_lag_p50/p99`` |
 | leasekeeper.scheduler.send_lag | gauge | s | ``stats().send_lag_p50/p99`` |
+| leasekeeper.extend.threshold | gauge | s | ``stats().extend_threshold`` |
 
 docs/observability.md has the attributes of each and why. Given a ``Worker``,
 ``instrument(worker)`` also wraps each handler run in a ``process`` span (kind
@@ -223,7 +224,7 @@ class _Instruments:
         self.process = meter.create_histogram(
             "messaging.process.duration",
             unit="s",
-            description="Duration of a Worker's handler run, its lease scope included.",
+            description="Duration of a Worker's handler(message) calls.",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
         meter.create_observable_gauge(
@@ -247,6 +248,14 @@ class _Instruments:
             "(p50 and p99 of the last 2,048 extends).",
         )
 
+        meter.create_observable_gauge(
+            "leasekeeper.extend.threshold",
+            callbacks=[self._observe_threshold],
+            unit="s",
+            description="The extend threshold in force: a lease is renewed when less than "
+            "this remains (it moves with extend_threshold='auto').",
+        )
+
     def live(self) -> list[tuple[LeaseManager, Attributes]]:
         """The instrumented managers still alive, with their attributes (handles of
         managers that were garbage-collected unremoved are dropped here)."""
@@ -268,6 +277,15 @@ class _Instruments:
             key = tuple(sorted(attributes.items()))
             totals[key] = totals.get(key, 0) + manager.stats().in_flight
         return [metrics.Observation(value, dict(key)) for key, value in totals.items()]
+
+    def _observe_threshold(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        # Managers of one queue: the thinnest margin of them.
+        least: dict[tuple[tuple[str, AttributeValue], ...], float] = {}
+        for manager, attributes in self.live():
+            key = tuple(sorted(attributes.items()))
+            value = manager.stats().extend_threshold
+            least[key] = min(least.get(key, value), value)
+        return [metrics.Observation(value, dict(key)) for key, value in least.items()]
 
     def _observe_lag(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
         return self._quantiles("scheduler_lag")
@@ -412,7 +430,7 @@ class Instrumentation:
 
     def _around(self, message: Message) -> AbstractContextManager[object]:
         assert self._tracer is not None
-        return _process(self._tracer, self._instruments.process, message)
+        return _process(self._tracer, self._instruments.process, message, self._manager())
 
     def __enter__(self) -> Instrumentation:
         return self
@@ -465,10 +483,14 @@ def instrument(
 
 @contextmanager
 def _process(
-    tracer: trace.Tracer, histogram: metrics.Histogram, message: Message
+    tracer: trace.Tracer,
+    histogram: metrics.Histogram,
+    message: Message,
+    manager: LeaseManager | None,
 ) -> Iterator[None]:
     """One handler run: a CONSUMER span (exceptions recorded on it, status ERROR)
-    and ``messaging.process.duration``, with ``error.type`` when it raised."""
+    and ``messaging.process.duration``, with ``error.type`` when it raised - or
+    ``LeaseLost`` when it returned after its lease was lost (nothing is deleted)."""
     attributes = backend_attributes(message.backend)
     attributes[OPERATION_NAME] = "process"
     attributes[OPERATION_TYPE] = "process"
@@ -485,5 +507,10 @@ def _process(
                 attributes[ERROR_TYPE] = type(exc).__name__
                 span.set_attribute(ERROR_TYPE, type(exc).__name__)
                 raise
+            lease = None if manager is None else manager.get(message)
+            if manager is not None and (lease is None or lease.is_lost):
+                attributes[ERROR_TYPE] = "LeaseLost"
+                span.set_attribute(ERROR_TYPE, "LeaseLost")
+                span.set_status(trace.Status(trace.StatusCode.ERROR, "lease lost while handling"))
     finally:
         histogram.record(time.perf_counter() - start, attributes)

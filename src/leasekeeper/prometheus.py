@@ -19,6 +19,7 @@ default ``namespace="leasekeeper"``:
 |---|---|---|
 | leasekeeper_leases_in_flight | gauge | in_flight |
 | leasekeeper_scheduler_running | gauge | ``manager.running`` (1 or 0) |
+| leasekeeper_extend_threshold_seconds | gauge | extend_threshold (in force) |
 | leasekeeper_leases_registered_total | counter | registered |
 | leasekeeper_leases_ended_total{state} | counter | completed, released, lost, abandoned |
 | leasekeeper_leases_capped_total | counter | capped (part of abandoned) |
@@ -134,11 +135,18 @@ class LeaseCollector(Collector):
             f"{ns}_scheduler_running",
             "1 while the manager renews leases (started, not closed, scheduler thread alive).",
         )
+        threshold = GaugeMetricFamily(
+            f"{ns}_extend_threshold_seconds",
+            "The extend threshold in force: a lease is renewed when less than this "
+            "remains (it moves with extend_threshold='auto').",
+        )
         if stats is not None:
             in_flight.add_metric([], stats.in_flight)
             alive.add_metric([], 1.0 if running else 0.0)
+            threshold.add_metric([], stats.extend_threshold)
         yield in_flight
         yield alive
+        yield threshold
         ended = CounterMetricFamily(
             f"{ns}_leases_ended",
             "Leases that ended, by state: completed (deleted), released, lost, abandoned.",

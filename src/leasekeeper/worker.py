@@ -1,8 +1,15 @@
 """Worker: a receive loop, a handler thread pool and leases, with graceful shutdown.
 
-The worker only receives as many messages as it has free handler threads: a
-lease starts at receipt, so a message held back locally would burn its
-invisibility (and its failover time) waiting for a thread.
+Every message is leased at receipt, the whole received batch before the first
+handler starts. The worker receives as many messages as it has free handler
+threads - and, while its handlers are quick (``prefetch``), up to one batch more,
+which wait for a thread leased and renewed like the rest: a message held back
+locally must not burn its invisibility, but a few milliseconds' wait costs
+nothing, and one receive call of ten costs a tenth of ten calls of one. Before a
+receive it waits briefly (``gather``) for more handlers to finish, for the same
+reason. A handler's message is deleted (or released) through the manager's
+coalescer (``complete_soon``): its thread is free as soon as the delete is
+queued, and deletes that arrive together share one batch call.
 
 Shutdown (``stop()``, or SIGTERM/SIGINT while ``run()`` is in the main thread):
 stop receiving, let running handlers finish while their leases are still renewed,
@@ -20,16 +27,17 @@ in ``worker.error``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import random
 import signal
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import SYSTEM_CLOCK
@@ -59,12 +67,20 @@ class Worker:
     """Receive from a backend, run ``handler(message)`` under a lease, repeat.
 
     ``Worker(manager_or_backend, handler, *, concurrency=4, batch_size=10,
-    wait_seconds=1.0, shutdown_timeout=30.0, config=None, **config_fields)``.
-    Given a backend, the worker makes (and closes) its own LeaseManager from
-    ``config``/``config_fields``; given a manager, it uses that manager's backend
-    and leaves the manager open. ``worker.around_handler``, when set, wraps each
-    message's handling, lease scope included (``leasekeeper.otel.instrument(worker)``
-    sets it to a tracing span).
+    wait_seconds=1.0, shutdown_timeout=30.0, config=None, renewer=None,
+    prefetch=None, gather=0.05, **config_fields)``. Given a backend, the worker
+    makes (and closes) its own LeaseManager from ``config``/``config_fields`` and
+    ``renewer`` ("thread", the default, or "process": see docs/guide.md); given a
+    manager, it uses that manager's backend and leaves the manager open.
+
+    ``prefetch``: how many messages beyond its ``concurrency`` it may hold, leased,
+    waiting for a thread - None (auto): a batch while handlers take under a
+    hundredth of the visibility timeout, else none. ``gather``: how long it may
+    wait for more handlers to finish before a receive, so that one receive brings
+    a fuller batch.
+
+    ``worker.around_handler``, when set, wraps each ``handler(message)`` call
+    (``leasekeeper.otel.instrument(worker)`` sets it to a tracing span).
     """
 
     def __init__(
@@ -77,6 +93,9 @@ class Worker:
         wait_seconds: float = 1.0,
         shutdown_timeout: float = 30.0,
         config: LeaseConfig | None = None,
+        renewer: Literal["thread", "process"] | None = None,
+        prefetch: int | None = None,
+        gather: float = 0.05,
         **config_fields: Any,
     ) -> None:
         if not callable(handler):
@@ -87,9 +106,17 @@ class Worker:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if not wait_seconds >= 0:
             raise ValueError(f"wait_seconds must be >= 0, got {wait_seconds!r}")
+        if prefetch is not None and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+        ):
+            raise ValueError(f"prefetch must be None (auto) or an integer >= 0, got {prefetch!r}")
+        if not 0 <= gather <= 1:
+            raise ValueError(f"gather must be between 0 and 1 second, got {gather!r}")
         if isinstance(manager_or_backend, LeaseManager):
-            if config is not None or config_fields:
-                raise TypeError("pass config to the LeaseManager, not to a Worker built on one")
+            if config is not None or config_fields or renewer is not None:
+                raise TypeError(
+                    "pass config and renewer to the LeaseManager, not to a Worker built on one"
+                )
             if manager_or_backend.backend is None:
                 raise ValueError("the LeaseManager has no backend to receive from")
             self.manager = manager_or_backend
@@ -97,7 +124,9 @@ class Worker:
             self._owns_manager = False
         elif isinstance(manager_or_backend, Backend):
             self.backend = manager_or_backend
-            self.manager = LeaseManager(manager_or_backend, config, **config_fields)
+            self.manager = LeaseManager(
+                manager_or_backend, config, renewer=renewer or "thread", **config_fields
+            )
             self._owns_manager = True
         else:
             raise TypeError(
@@ -112,22 +141,28 @@ class Worker:
             float(wait_seconds), getattr(self.backend, "max_wait_seconds", float(wait_seconds))
         )
         self.shutdown_timeout = float(shutdown_timeout)
+        self.prefetch = prefetch
+        self.gather = float(gather)
         self.stats = WorkerStats()
+        # Handler durations, smoothed: are handlers quick enough to prefetch for?
+        self._duration: float | None = None
         # Guards _running, stats and the stop flags; the receive loop waits on it
         # for a free handler slot.
         self._slots = threading.Condition()
-        self._running = 0
-        self._active: set[Lease] = set()  # leases of messages being handled now
+        self._running = 0  # messages in hand: handled now, or waiting for a thread
+        self._unsettled = 0  # deletes/releases queued and not yet answered
+        self._active: set[Lease] = set()  # leases of the messages in hand
         self._stop = threading.Event()
         self._hurry = threading.Event()  # second signal: skip the graceful wait
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
         #: The fatal ReceiveError that stopped the worker, if one did.
         self.error: ReceiveError | None = None
-        #: ``around_handler(message)``, when set, returns a context manager that is
-        #: entered before each message's lease scope and left after it, on the handler
-        #: thread: it sees the handler's exception or ``LeaseLost`` (``leasekeeper.otel``
-        #: puts a span there). It must not raise: the message is leased already.
+        #: ``around_handler(message)``, when set, returns a context manager entered
+        #: just before ``handler(message)`` and left just after it, on the handler
+        #: thread, before the message's delete or release is queued: it sees the
+        #: handler's exception (``leasekeeper.otel`` puts a span there). It must not
+        #: raise: the message is leased already.
         self.around_handler: AroundHandler | None = None
 
     # ------------------------------------------------------------------ control
@@ -194,15 +229,43 @@ class Worker:
             raise self.error
         return self.stats
 
+    def _in_hand_limit(self) -> int:
+        """Messages the worker may hold: its threads, plus a batch while handlers are
+        quick - a hundredth of the visibility timeout - so that a prefetched message
+        waits for a thread far less than its lease lasts."""
+        if self.prefetch is not None:
+            return self.concurrency + self.prefetch
+        quick = self._duration is not None and (
+            self._duration < self.manager.config.visibility_timeout / 100
+        )
+        return self.concurrency + (self.batch_size if quick else 0)
+
+    def _wait_for_room(self) -> int:
+        """How many messages to receive next (0 when stopping): wait for a free slot,
+        then briefly for more, so that one receive brings a fuller batch."""
+        with self._slots:
+            limit = self._in_hand_limit()
+            while self._running >= limit and not self._stop.is_set():
+                self._slots.wait()
+                limit = self._in_hand_limit()
+            deadline = SYSTEM_CLOCK.now() + self.gather
+            while (
+                limit - self._running < self.batch_size
+                and self._running
+                and not self._stop.is_set()
+            ):
+                left = deadline - SYSTEM_CLOCK.now()
+                if left <= 0:
+                    break
+                self._slots.wait(left)
+            return 0 if self._stop.is_set() else min(self.batch_size, limit - self._running)
+
     def _receive_loop(self, pool: ThreadPoolExecutor, until_idle: float | None) -> None:
         clock = SYSTEM_CLOCK
         idle_since = clock.now()
         failures = 0
         while not self._stop.is_set():
-            with self._slots:
-                while self._running >= self.concurrency and not self._stop.is_set():
-                    self._slots.wait()
-                free = self.concurrency - self._running
+            free = self._wait_for_room()
             if self._stop.is_set():
                 return
             try:
@@ -249,7 +312,7 @@ class Worker:
                 idle_since = clock.now()
                 continue
             with self._slots:
-                busy = self._running
+                busy = self._running + self._unsettled
             if busy:
                 idle_since = clock.now()
             elif until_idle is not None and clock.now() - idle_since >= until_idle:
@@ -279,28 +342,82 @@ class Worker:
         pool.submit(self._handle, message, lease)
 
     def _handle(self, message: Message, lease: Lease) -> None:
-        outcome = "completed"
+        if lease.is_lost:  # lost (or released at close) while it waited for a thread
+            self._finished(lease, "lost", None, None)
+            return
+        started = SYSTEM_CLOCK.now()
+        future = None
         around = self.around_handler
         try:
-            with around(message) if around is not None else _NO_SCOPE, self.manager.lease(message):
+            with around(message) if around is not None else _NO_SCOPE:
                 self.handler(message)
-        except LeaseLost as exc:
-            outcome = "lost"
-            log.warning("%s", exc)
         except Exception:
-            outcome = "failed"
             log.exception("handler failed for message %r; released", message.id)
-        finally:
-            with self._slots:
-                self._running -= 1
-                self._active.discard(lease)
-                if outcome == "completed":
-                    self.stats.completed += 1
-                elif outcome == "lost":
-                    self.stats.lost += 1
-                else:
-                    self.stats.failed += 1
-                self._slots.notify_all()
+            outcome = "failed"
+            future = self._queue_end(lease, release=True)
+        else:
+            if lease.is_lost:
+                outcome = "lost"
+                log.warning("lease on message %r lost while it was handled", message.id)
+            else:
+                outcome = "completed"
+                future = self._queue_end(lease, release=False)
+        self._finished(lease, outcome, future, SYSTEM_CLOCK.now() - started)
+
+    def _queue_end(self, lease: Lease, *, release: bool) -> Future[None] | None:
+        try:
+            if release:
+                return self.manager.release_soon(lease)
+            return self.manager.complete_soon(lease)
+        except ManagerClosed:
+            return None  # closed in a hurry: close() released it
+
+    def _finished(
+        self, lease: Lease, outcome: str, future: Future[None] | None, took: float | None
+    ) -> None:
+        """The handler is done: free its slot now; count it when its delete (or
+        release) is answered."""
+        with self._slots:
+            self._running -= 1
+            self._active.discard(lease)
+            if took is not None:
+                last = self._duration
+                self._duration = took if last is None else 0.8 * last + 0.2 * took
+            if future is None:
+                self._count(outcome)
+            else:
+                self._unsettled += 1
+            self._slots.notify_all()
+        if future is not None:
+            future.add_done_callback(functools.partial(self._settled, lease, outcome))
+
+    def _settled(self, lease: Lease, outcome: str, future: Future[None]) -> None:
+        error = future.exception()
+        if outcome == "completed" and error is not None:
+            if isinstance(error, LeaseLost):
+                outcome = "lost"
+                log.warning("%s", error)
+            else:
+                # The handler succeeded but the delete kept failing: stop renewing, so
+                # the message comes back and is done again, not hidden for ever.
+                outcome = "failed"
+                log.error("delete of message %r failed (%s); left to lapse", lease.id, error)
+                lease.owner.abandon(lease, "delete failed: left to lapse")
+        elif error is not None and not isinstance(error, LeaseLost):
+            log.warning("release of message %r failed: %s", lease.id, error)
+        with self._slots:
+            self._unsettled -= 1
+            self._count(outcome)
+            self._slots.notify_all()
+
+    def _count(self, outcome: str) -> None:
+        """Count a finished message (``_slots`` held)."""
+        if outcome == "completed":
+            self.stats.completed += 1
+        elif outcome == "lost":
+            self.stats.lost += 1
+        else:
+            self.stats.failed += 1
 
     def _shutdown(self, pool: ThreadPoolExecutor) -> None:
         deadline = SYSTEM_CLOCK.now() + self.shutdown_timeout
@@ -316,6 +433,14 @@ class Worker:
             log.warning(
                 "shutdown: %d handler(s) still running; releasing their messages", left_running
             )
+        # Deletes out first: a message whose handler succeeded is not released.
+        self.manager.flush(max(0.0, deadline - SYSTEM_CLOCK.now()))
+        with self._slots:
+            while self._unsettled:
+                left = deadline - SYSTEM_CLOCK.now()
+                if left <= 0:
+                    break
+                self._slots.wait(left)
         if self._owns_manager:
             self.manager.close(release=True)
         else:

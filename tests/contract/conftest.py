@@ -357,8 +357,9 @@ FALLIBLE = ("sqs-moto", "mns-local", "azure-azurite")
 
 
 @contextlib.contextmanager
-def _made(request: pytest.FixtureRequest) -> Iterator[Subject]:
-    subject = SUBJECTS[request.param](request)
+def made_subject(name: str, request: pytest.FixtureRequest) -> Iterator[Subject]:
+    """Subject ``name`` on a fresh queue, cleaned up afterwards."""
+    subject = SUBJECTS[name](request)
     try:
         yield subject
     finally:
@@ -370,13 +371,13 @@ def _made(request: pytest.FixtureRequest) -> Iterator[Subject]:
 @pytest.fixture(params=list(SUBJECTS))
 def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
     """Each backend in turn, on a fresh queue."""
-    with _made(request) as made:
+    with made_subject(request.param, request) as made:
         yield made
 
 
 @pytest.fixture(params=list(FALLIBLE))
 def fallible(request: pytest.FixtureRequest) -> Iterator[Subject]:
     """Each backend whose service can fail, on a fresh queue, with its fault hooks."""
-    with _made(request) as made:
+    with made_subject(request.param, request) as made:
         assert made.faults is not None and made.drop_queue is not None, made
         yield made

@@ -99,6 +99,7 @@ def test_issue_16_checked_by(clock: ManualClock, reader: InMemoryMetricReader) -
         assert attributes["messaging.operation.type"] == "settle"
         assert "error.type" not in attributes
     assert total(metrics["leasekeeper.leases.in_flight"]) == 3
+    assert total(metrics["leasekeeper.extend.threshold"]) == 10  # renewed when 10 s remain
     assert registry.get_sample_value("leasekeeper_leases_in_flight") == 3
     assert registry.get_sample_value("leasekeeper_extensions_total") == extended
 
@@ -300,38 +301,49 @@ def test_a_worker_gets_a_span_per_handler_run(
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     queue = MemoryQueue(1.0, name="work")
-    queue.send("fine")
-    queue.send("boom")
+    for body in ("fine", "boom", "taken away"):
+        queue.send(body)
+    workers: list[Worker] = []
 
     def handler(message: Message) -> None:
         if message.body == "boom":
             raise ValueError("handler failed")
+        if message.body == "taken away":  # its lease is lost while it is handled
+            manager = workers[0].manager
+            lease = manager.get(message)
+            assert lease is not None
+            manager.revoke(lease, delay=60)
 
     worker = Worker(
         queue,
         handler,
-        concurrency=2,
+        concurrency=3,
         wait_seconds=0.05,
         visibility_timeout=1.0,
         timer_interval=0.1,
         minimal_life=0.3,
         release_delay=60,  # the failed message stays away: one run each
     )
+    workers.append(worker)
     handle = instrument(worker, meter_provider=provider, tracer_provider=tracer_provider)
     stats = worker.run(until_idle=0.3)
-    assert stats.completed == 1 and stats.failed == 1
-    spans = sorted(exporter.get_finished_spans(), key=lambda s: s.status.status_code.value)
-    assert [(s.name, s.kind) for s in spans] == [("process work", SpanKind.CONSUMER)] * 2
-    ok, failed = spans
-    assert ok.status.status_code is StatusCode.UNSET
-    assert failed.status.status_code is StatusCode.ERROR
-    assert failed.attributes is not None and failed.attributes["error.type"] == "ValueError"
-    assert {s.attributes["messaging.message.id"] for s in spans if s.attributes} == set(
-        queue.receive_counts
+    assert (stats.completed, stats.failed, stats.lost) == (1, 1, 1)
+    spans = exporter.get_finished_spans()
+    assert [(s.name, s.kind) for s in spans] == [("process work", SpanKind.CONSUMER)] * 3
+    by_id = {s.attributes["messaging.message.id"]: s for s in spans if s.attributes}
+    assert set(by_id) == set(queue.receive_counts)
+    statuses = sorted(
+        (s.status.status_code.name, str((s.attributes or {}).get("error.type"))) for s in spans
     )
+    assert statuses == [("ERROR", "LeaseLost"), ("ERROR", "ValueError"), ("UNSET", "None")]
+    ok = next(s for s in spans if s.status.status_code is StatusCode.UNSET)
     assert ok.attributes is not None and ok.attributes["messaging.operation.type"] == "process"
     process = collect(reader)["messaging.process.duration"]
-    assert sorted(str(a.get("error.type")) for a, _ in process) == ["None", "ValueError"]
+    assert sorted(str(a.get("error.type")) for a, _ in process) == [
+        "LeaseLost",
+        "None",
+        "ValueError",
+    ]
     handle.uninstrument()
     assert worker.around_handler is None
 

@@ -42,6 +42,7 @@ def test_the_in_flight_gauge_reads_the_leases_held(
     assert sample("leasekeeper_leases_ended_total", {"state": "lost"}) == 0
     assert sample("leasekeeper_scheduler_lag_seconds", {"quantile": "0.99"}) is not None
     assert sample("leasekeeper_scheduler_running") == 1
+    assert sample("leasekeeper_extend_threshold_seconds") == manager.stats().extend_threshold == 10
     manager.close()
     assert sample("leasekeeper_scheduler_running") == 0
     assert sample("leasekeeper_leases_ended_total", {"state": "released"}) == 2

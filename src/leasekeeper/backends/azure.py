@@ -66,10 +66,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -102,7 +104,7 @@ from leasekeeper.backends.base import (
     whole_seconds,
 )
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
-from leasekeeper.errors import ReceiveError, ReceiveErrorKind
+from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
 
 __all__ = ["AzureQueueBackend", "AzureQueueError", "classify_error", "scrub"]
 
@@ -332,6 +334,11 @@ def _epoch(moment: Any) -> float | None:
     return float(moment.timestamp())
 
 
+# Secrets a connection string may carry: they must reach another process through
+# its environment, not through a pickled spec that may be shipped and logged.
+SECRET_KEYS = ("accountkey=", "sharedaccesssignature=")
+
+
 class AzureQueueBackend(CloudBackend):
     """leasekeeper's backend for one Azure Storage queue.
 
@@ -395,6 +402,17 @@ class AzureQueueBackend(CloudBackend):
         self._closed = threading.Event()
         self._rng = random.Random()
         _install_log_filter()
+
+    def spec(self) -> AzureQueueSpec:
+        """This account and queue; the credential from the other process's environment
+        (``AZURE_STORAGE_SAS_TOKEN``, ``AZURE_STORAGE_ACCOUNT_KEY``,
+        ``AZURE_STORAGE_CONNECTION_STRING``) or ``DefaultAzureCredential``."""
+        url = str(self.queue_client.url).split("?", 1)[0].rstrip("/")  # no SAS token
+        suffix = "/" + self.queue_name
+        account_url = url[: -len(suffix)] if url.endswith(suffix) else url
+        return AzureQueueSpec(
+            self.queue_name, account_url=account_url, account_name=self.account_name
+        )
 
     def __repr__(self) -> str:
         return f"AzureQueueBackend(account={self.account_name!r}, queue={self.queue_name!r})"
@@ -681,3 +699,76 @@ def _body(content: Any) -> str | bytes:
     if isinstance(content, (bytearray, memoryview)):
         return bytes(content)
     return str(content)
+
+
+@dataclass(frozen=True)
+class AzureQueueSpec:
+    """An Azure Storage queue.
+
+    With neither ``connection_string`` nor ``account_url``, the connection string
+    comes from ``AZURE_STORAGE_CONNECTION_STRING`` in the building process's
+    environment. With ``account_url``, the credential comes from
+    ``AZURE_STORAGE_SAS_TOKEN`` or ``AZURE_STORAGE_ACCOUNT_KEY`` (for account
+    ``account_name``, or the first label of the URL's host), else from
+    ``AZURE_STORAGE_CONNECTION_STRING``, else ``azure.identity.DefaultAzureCredential``.
+    A ``connection_string`` given here must hold no secret (no AccountKey or
+    SharedAccessSignature): the spec is pickled and shipped.
+    """
+
+    queue_name: str
+    connection_string: str | None = None
+    account_url: str | None = None
+    account_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.connection_string is not None and any(
+            key in self.connection_string.lower() for key in SECRET_KEYS
+        ):
+            raise ValueError(
+                f"{type(self).__name__}: this connection string holds a secret, and the spec "
+                "is pickled and shipped; set AZURE_STORAGE_CONNECTION_STRING in the other "
+                "process's environment instead (on Spark: "
+                "spark.executorEnv.AZURE_STORAGE_CONNECTION_STRING)"
+            )
+        if self.connection_string is not None and self.account_url is not None:
+            raise ValueError(f"{type(self).__name__}: give connection_string or account_url")
+
+    def __repr__(self) -> str:
+        where = self.account_url or ("connection string" if self.connection_string else "env")
+        return f"{type(self).__name__}(queue_name={self.queue_name!r}, via={where!r})"
+
+    def build(self) -> AzureQueueBackend:
+        env_conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+        if self.account_url is not None:
+            credential = self._credential()
+            if credential is None and env_conn:
+                client = QueueClient.from_connection_string(env_conn, self.queue_name)
+            else:
+                if credential is None:
+                    from azure.identity import DefaultAzureCredential
+
+                    credential = DefaultAzureCredential()
+                client = QueueClient(self.account_url, self.queue_name, credential=credential)
+        else:
+            conn = self.connection_string or env_conn
+            if not conn:
+                raise ConfigError(
+                    f"{type(self).__name__} needs AZURE_STORAGE_CONNECTION_STRING in the "
+                    "environment, or account_url"
+                )
+            client = QueueClient.from_connection_string(conn, self.queue_name)
+        return AzureQueueBackend(client)
+
+    def _credential(self) -> Any:
+        """A SAS token or account key from the environment, or None."""
+        sas = os.environ.get("AZURE_STORAGE_SAS_TOKEN")
+        if sas:
+            return sas
+        key = os.environ.get("AZURE_STORAGE_ACCOUNT_KEY")
+        if not key:
+            return None
+        account = self.account_name
+        if account is None:
+            assert self.account_url is not None
+            account = self.account_url.split("//", 1)[-1].split(".", 1)[0]
+        return {"account_name": account, "account_key": key}

@@ -41,6 +41,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import (
+    TYPE_CHECKING,
     Any,
     ClassVar,
     Generic,
@@ -54,7 +55,10 @@ from typing import (
 from urllib.parse import quote
 
 from leasekeeper.clock import Clock
-from leasekeeper.errors import ReceiveError, ReceiveErrorKind
+from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
+
+if TYPE_CHECKING:
+    from leasekeeper.backends.spec import BackendSpec
 
 OutcomeKind = Literal["ok", "lost", "retry", "capped", "fatal"]
 
@@ -643,6 +647,11 @@ class CloudBackend:
 
     # ------------------------------------------------------------------ lifetime
 
+    def spec(self) -> BackendSpec:
+        """A picklable description that builds an equivalent backend in another
+        process (``leasekeeper.backends.spec``); never holds a credential."""
+        raise ConfigError(f"{type(self).__name__} has no spec(): it cannot be rebuilt elsewhere")
+
     def close(self) -> None:
         """Close the clients this backend made for itself (the SDK client or queue
         you passed in stays open: it is yours). Calls made afterwards still work."""
@@ -742,6 +751,15 @@ class ForwardingBackend:
         if operation == "delete":
             return self.inner.delete(handles)
         raise ValueError(f"unknown operation {operation!r}")
+
+    def spec(self) -> BackendSpec:
+        """A wrapper's faults, latency or counting live in this process: it cannot be
+        rebuilt in another one. Override to return the inner backend's spec when
+        renewing without the wrapper is what you want."""
+        raise ConfigError(
+            f"{type(self).__name__} wraps {self.inner!r} in this process and cannot be "
+            "rebuilt in another one (renewer='process' needs a backend with spec())"
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.inner!r})"

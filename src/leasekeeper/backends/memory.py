@@ -21,10 +21,11 @@ import os
 import threading
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from leasekeeper.backends.base import OK, Handle, Message, Outcome
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
+from leasekeeper.errors import ConfigError
 
 _OPERATIONS = ("receive", "extend", "delete", "release")
 _NOT_EXIST = Outcome("lost", detail="MessageNotExist")
@@ -125,6 +126,13 @@ class MemoryQueue:
         self._calls: dict[str, int] = dict.fromkeys(_OPERATIONS, 0)
         self._entries: dict[str, int] = dict.fromkeys(_OPERATIONS, 0)
         self._single_deletes = 0  # one-handle delete calls, counted apart: the hot path
+
+    def spec(self) -> NoReturn:
+        """A MemoryQueue lives in this process's memory: no other process can reach it."""
+        raise ConfigError(
+            f"{self!r} lives in this process's memory and cannot be rebuilt in another "
+            "process: renewer='process' needs SQS, MNS or Azure (renewer='thread' works)"
+        )
 
     def __repr__(self) -> str:
         return f"MemoryQueue(name={self.name!r}, visibility_timeout={self.visibility_timeout:g})"

@@ -68,9 +68,11 @@ anything handle-like blanked out. A failed receive raises ``MNSQueueError``, a
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 try:
@@ -105,7 +107,7 @@ from leasekeeper.backends.base import (
     whole_seconds,
 )
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
-from leasekeeper.errors import ReceiveError, ReceiveErrorKind
+from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
 
 __all__ = ["MNSBackend", "MNSQueueError", "classify_error", "scrub"]
 
@@ -416,6 +418,8 @@ class MNSBackend(CloudBackend):
             )
         self.queue_name: str = str(queue.queue_name)
         self.host: str = host
+        scheme = "https" if getattr(client, "is_https", False) else "http"
+        self.endpoint: str = f"{scheme}://{host}"
         self._provider: Any = client.credentials_provider
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self._factory = _QueueFactory(queue, self.queue_name)
@@ -428,6 +432,11 @@ class MNSBackend(CloudBackend):
             None if queue_visibility_timeout is None else float(queue_visibility_timeout)
         )
         self._skew_warned = False
+
+    def spec(self) -> MNSSpec:
+        """This endpoint and queue; credentials from the other process's environment
+        (``MNS_ACCESS_KEY_ID``/``MNS_ACCESS_KEY_SECRET``, see ``leasekeeper.backends.spec``)."""
+        return MNSSpec(self.endpoint, self.queue_name)
 
     def __repr__(self) -> str:
         return f"MNSBackend(host={self.host!r}, queue={self.queue_name!r})"
@@ -771,3 +780,26 @@ def _message(
         deadline_hint=hint,
         hard_deadline=None,  # MNS documents no cap on the total invisibility
     )
+
+
+@dataclass(frozen=True)
+class MNSSpec:
+    """An Aliyun MNS queue; credentials from the building process's environment:
+    ``MNS_ACCESS_KEY_ID``, ``MNS_ACCESS_KEY_SECRET`` and optionally
+    ``MNS_SECURITY_TOKEN`` (on a Spark cluster: ``spark.executorEnv.*``)."""
+
+    endpoint: str
+    queue_name: str
+
+    def build(self) -> MNSBackend:
+        access_id = os.environ.get("MNS_ACCESS_KEY_ID")
+        access_key = os.environ.get("MNS_ACCESS_KEY_SECRET")
+        if not access_id or not access_key:
+            raise ConfigError(
+                "an MNS spec builds its backend with MNS_ACCESS_KEY_ID and "
+                "MNS_ACCESS_KEY_SECRET from the environment, and they are not set there "
+                "(on a Spark cluster: spark.executorEnv.MNS_ACCESS_KEY_ID etc.)"
+            )
+        token = os.environ.get("MNS_SECURITY_TOKEN", "")
+        account = Account(self.endpoint, access_id, access_key, token)
+        return MNSBackend(account.get_queue(self.queue_name))

@@ -55,10 +55,11 @@ import math
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 try:
-    import boto3  # noqa: F401 - the extra's dependency; imported to fail early and clearly
+    import boto3
     from botocore.exceptions import (
         BaseEndpointResolverError,
         ClientError,
@@ -406,6 +407,17 @@ class SQSBackend(CloudBackend):
         self._attr_lock = threading.Lock()
         self._queue_visibility: float | None = None
         self._system_attribute_names = _supports_system_attribute_names(client)
+
+    def spec(self) -> SQSSpec:
+        """This queue, the client's region and endpoint; credentials from the other
+        process's AWS credential chain (see ``leasekeeper.backends.spec``)."""
+        meta = getattr(self._client, "meta", None)
+        return SQSSpec(
+            self.queue_url,
+            region=getattr(meta, "region_name", None),
+            endpoint_url=getattr(meta, "endpoint_url", None),
+            client_retries=self.client_retries,
+        )
 
     def __repr__(self) -> str:
         return f"SQSBackend(queue_url={self.queue_url!r})"
@@ -768,3 +780,18 @@ def _supports_system_attribute_names(client: Any) -> bool:
         return "MessageSystemAttributeNames" in shape.members
     except Exception:  # an unusual client (a mock): use the current API
         return True
+
+
+@dataclass(frozen=True)
+class SQSSpec:
+    """An SQS queue; credentials from the building process's AWS credential chain
+    (environment, shared config/credentials files, instance or task role)."""
+
+    queue_url: str
+    region: str | None = None
+    endpoint_url: str | None = None
+    client_retries: bool = False  # SQSBackend's: leave botocore's retries on its calls
+
+    def build(self) -> SQSBackend:
+        client = boto3.client("sqs", region_name=self.region, endpoint_url=self.endpoint_url)
+        return SQSBackend(client, self.queue_url, client_retries=self.client_retries)

@@ -1,0 +1,273 @@
+"""Measure 8: the renewer in another process, against the renewer thread.
+
+Three rows, thread vs process, in one run:
+
+1. register+complete round trip: what the process renewer's IPC costs. The
+   backend answers at once (``benchmarks.nullq``), so what is timed is the lease
+   machinery: in process mode one frame to the renewer (register) and one
+   request/reply (complete). Target: process p50 under 100 µs.
+2. lapses with a handler holding the GIL for 3x the visibility timeout: 5 leases
+   at 2 s on the local MNS server (run as its own process, so the held GIL holds
+   nothing the service needs); counted are the lapses the manager reports and the
+   messages another consumer could receive meanwhile. Goal: 0 in process mode.
+3. failover after SIGKILL at visibility 30 s: a worker process holds 20 leases and
+   is killed; timed is how long until another consumer has received all 20. In
+   process mode the renewer sees the death at once and releases them; in thread
+   mode nothing can until the 30 s run out (measured in the full run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from benchmarks.common import REPO_ROOT, BenchResult, Context, Row, fmt, percentile, run_child
+from benchmarks.nullq import NullBackend
+from leasekeeper import LeaseManager
+
+NAME = "renewer"
+TITLE = "8. renewer thread vs process"
+TARGET_ROUND_TRIP_US = 100.0
+GIL_VISIBILITY = 2.0
+FAILOVER_VISIBILITY = 30.0
+ACCESS = {"MNS_ACCESS_KEY_ID": "test-id", "MNS_ACCESS_KEY_SECRET": "test-key"}
+
+
+# ---------------------------------------------------------------------- 1. IPC
+
+
+def round_trips(mode: str, pairs: int) -> dict[str, Any]:
+    backend = NullBackend()
+    manager = LeaseManager(backend, renewer=mode, visibility_timeout=60)  # type: ignore[arg-type]
+    messages = backend.receive(max_messages=pairs + 200, visibility_timeout=60)
+    samples: list[int] = []
+    for message in messages[:200]:  # warm-up
+        manager.register(message).complete()
+    for message in messages[200:]:
+        t0 = time.perf_counter_ns()
+        manager.register(message).complete()
+        samples.append(time.perf_counter_ns() - t0)
+    manager.close()
+    return {"p50_us": percentile(samples, 0.5) / 1000, "p99_us": percentile(samples, 0.99) / 1000}
+
+
+# ---------------------------------------------------------------------- the MNS server
+
+
+@contextlib.contextmanager
+def mns_service(visibility: float) -> Iterator[str]:
+    """The local MNS server as its own process, with queue "q"; yields its endpoint."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "leasekeeper.testing.mns_server", "--queue", "q",
+         "--visibility-timeout", str(int(visibility)), "--log-level", "WARNING"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def _queue(endpoint: str) -> Any:
+    from mns.account import Account
+
+    return Account(
+        endpoint, ACCESS["MNS_ACCESS_KEY_ID"], ACCESS["MNS_ACCESS_KEY_SECRET"]
+    ).get_queue("q")
+
+
+def _send(endpoint: str, n: int) -> None:
+    from mns.queue import Message as MNSMessage
+
+    queue = _queue(endpoint)
+    for i in range(n):
+        queue.send_message(MNSMessage(f"job {i}"))
+
+
+def _backend(endpoint: str) -> Any:
+    from leasekeeper.backends.mns import MNSBackend
+
+    return MNSBackend(_queue(endpoint))
+
+
+def _receive(backend: Any, n: int, visibility: float, timeout: float = 30.0) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got += backend.receive(
+            max_messages=n - len(got), wait_seconds=1, visibility_timeout=visibility
+        )
+    return got
+
+
+# ---------------------------------------------------------------------- 2. the GIL
+
+
+def hold_the_gil(seconds: float) -> None:
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(seconds + 5.0)
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def gil_trial(mode: str) -> dict[str, Any]:
+    os.environ.update(ACCESS)
+    with mns_service(30) as endpoint:
+        _send(endpoint, 5)
+        backend = _backend(endpoint)
+        manager = LeaseManager(
+            backend,
+            renewer=mode,  # type: ignore[arg-type]
+            visibility_timeout=GIL_VISIBILITY,
+            timer_interval=0.2,
+            minimal_life=0.5,
+        )
+        leases = [manager.register(m) for m in _receive(backend, 5, GIL_VISIBILITY)]
+        hold_the_gil(3 * GIL_VISIBILITY)
+        taken = len(_backend(endpoint).receive(max_messages=5, visibility_timeout=30))
+        completed = 0
+        for lease in leases:
+            with contextlib.suppress(Exception):
+                lease.complete()
+                completed += 1
+        stats = manager.stats()
+        manager.close()
+        return {"lapses": stats.lapses, "taken": taken, "completed": completed, "of": len(leases)}
+
+
+# ---------------------------------------------------------------------- 3. failover
+
+
+def worker(endpoint: str, mode: str, count: int) -> None:
+    """The worker process: lease ``count`` messages, say so, hold until killed."""
+    backend = _backend(endpoint)
+    manager = LeaseManager(backend, renewer=mode, visibility_timeout=FAILOVER_VISIBILITY)  # type: ignore[arg-type]
+    for message in _receive(backend, count, FAILOVER_VISIBILITY):
+        manager.register(message)
+    print("LEASED", flush=True)
+    while True:
+        time.sleep(3600)
+
+
+def failover_trial(mode: str, count: int = 20) -> dict[str, Any]:
+    os.environ.update(ACCESS)
+    with mns_service(FAILOVER_VISIBILITY) as endpoint:
+        _send(endpoint, count)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.bench_renewer", endpoint, mode, str(count)],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != "LEASED":
+                raise RuntimeError("the worker did not lease its messages")
+            consumer = _backend(endpoint)
+            os.kill(proc.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            got = _receive(consumer, count, 60, timeout=FAILOVER_VISIBILITY + 15)
+            took = time.monotonic() - killed
+            return {"received": len(got), "of": count, "seconds": took}
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+# ---------------------------------------------------------------------- report
+
+
+def _trip(mode: str, figures: dict[str, Any]) -> str:
+    return f"{mode}: p50 {fmt(figures['p50_us'], 'µs')}, p99 {fmt(figures['p99_us'], 'µs')}"
+
+
+def run(ctx: Context) -> BenchResult:
+    result = BenchResult(NAME, TITLE)
+    pairs = ctx.pick(1000, 5000)
+    trips = {
+        m: run_child("benchmarks.bench_renewer:round_trips", mode=m, pairs=pairs)
+        for m in ("thread", "process")
+    }
+    gil = {
+        m: run_child("benchmarks.bench_renewer:gil_trial", mode=m) for m in ("thread", "process")
+    }
+    modes = ("process", "thread") if not ctx.quick else ("process",)
+    failover = {
+        m: run_child("benchmarks.bench_renewer:failover_trial", mode=m, timeout=120) for m in modes
+    }
+    result.figures = {"round_trip": trips, "gil": gil, "failover": failover}
+
+    thread, process = trips["thread"], trips["process"]
+    if "p50_us" in process and "p50_us" in thread:
+        result.rows.append(
+            Row(
+                measure="register+complete round trip, answering backend (per pair)",
+                leasekeeper=_trip("process", process),
+                baselines=_trip("thread", thread),
+                ratio=f"IPC adds {fmt(process['p50_us'] - thread['p50_us'], 'µs')} at p50",
+                target=f"process p50 < {TARGET_ROUND_TRIP_US:g} µs",
+                met=process["p50_us"] < TARGET_ROUND_TRIP_US,
+            )
+        )
+
+    def gil_cell(mode: str) -> str:
+        g = gil[mode]
+        if "error" in g:
+            return f"{mode}: error ({g['error']})"
+        return (
+            f"{mode}: {g['lapses']} lapses, {g['taken']} taken by another consumer, "
+            f"{g['completed']} of {g['of']} completed"
+        )
+
+    result.rows.append(
+        Row(
+            measure=(
+                f"handler holding the GIL {3 * GIL_VISIBILITY:g} s at visibility "
+                f"{GIL_VISIBILITY:g} s (5 leases, MNS)"
+            ),
+            leasekeeper=gil_cell("process"),
+            baselines=gil_cell("thread"),
+            target="0 lapses in process mode",
+            met=gil["process"].get("lapses") == 0 and gil["process"].get("taken") == 0,
+        )
+    )
+
+    def failover_cell(mode: str) -> str:
+        f = failover.get(mode)
+        if f is None:
+            return f"{mode}: bounded by the {FAILOVER_VISIBILITY:g} s timeout (not run in --quick)"
+        if "error" in f:
+            return f"{mode}: error ({f['error']})"
+        return f"{mode}: {f['received']} of {f['of']} back after {fmt(f['seconds'], 's')}"
+
+    fp = failover["process"]
+    result.rows.append(
+        Row(
+            measure=(
+                f"failover after SIGKILL, 20 leases at visibility {FAILOVER_VISIBILITY:g} s (MNS)"
+            ),
+            leasekeeper=failover_cell("process"),
+            baselines=failover_cell("thread"),
+            target="process: all back in < 1 s",
+            met=fp.get("received") == fp.get("of") and fp.get("seconds", 99.0) < 1.0,
+        )
+    )
+    return result
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1], sys.argv[2], int(sys.argv[3]))

@@ -1,0 +1,464 @@
+"""The worker's side of the out-of-process renewer (``LeaseManager(renewer="process")``).
+
+``ProcessRenewer`` holds the handlers' leases and starts a renewer process through
+a ``RenewerLink`` (``_renewer_link``), sending it the backend's spec and the config
+(a spec that cannot build, e.g. for missing credentials, fails the manager's
+construction at once). From then on:
+
+- ``register`` keeps the lease here (the handler's ``Lease``) and sends it there;
+  it waits for no reply.
+- ``complete``/``release`` ask the renewer, which does the call with the newest
+  receipt under its own op lock (rule 4), and wait for its answer.
+- The renewer's notices - new receipts and deadlines, leases lost or abandoned -
+  are read by a reader thread and applied to the leases here; ``on_lost`` runs on
+  a separate notifier thread, never on the reader (a callback may call
+  ``complete()``, which waits for the reader). A notice that arrives while this
+  process is stuck in C code waits in the socket and is applied when it runs again.
+- When the renewer dies, every lease it held is reported lost, pending requests
+  fail with ``LeaseLost``, and a new renewer is started for new leases.
+
+The worker's own death is the renewer's to notice (see ``_renewer_main``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import math
+import os
+import pickle
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from leasekeeper._metrics import Stats
+from leasekeeper._record import LeaseState
+from leasekeeper._renewer_link import DIED, RenewerLink
+from leasekeeper._wire import decode_error
+from leasekeeper.backends.base import Backend, Message
+from leasekeeper.clock import Clock, SystemClock
+from leasekeeper.config import LeaseConfig
+from leasekeeper.errors import ConfigError, LeaseError, LeaseLost, LeaseTooShort, ManagerClosed
+from leasekeeper.lease import Lease
+from leasekeeper.observers import CallEvent, Observer
+
+log = logging.getLogger("leasekeeper.renewer")
+
+_live: weakref.WeakSet[ProcessRenewer] = weakref.WeakSet()
+
+
+class RemoteLease(Lease):
+    """A lease whose renewals happen in the renewer process; ``key`` names it there."""
+
+    __slots__ = ("key",)
+    key: int
+
+
+class ProcessRenewer:
+    """Leases renewed by a child process; the lease API of a thread-mode manager."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        config: LeaseConfig,
+        clock: Clock,
+        *,
+        on_lost: Callable[[Lease, str], object],
+    ) -> None:
+        if not isinstance(clock, SystemClock):
+            raise ConfigError("renewer='process' runs on the system clock; got another clock")
+        spec_of = getattr(backend, "spec", None)
+        if spec_of is None:
+            raise ConfigError(
+                f"renewer='process' needs a backend with spec() (SQS, MNS, Azure); "
+                f"{backend!r} has none"
+            )
+        self._payload = pickle.dumps((spec_of(), config))
+        self.backend = backend
+        self.config = config
+        self._clock = clock
+        self._on_lost = on_lost
+        # Guards _leases, _by_message, _closed, _link and _base.
+        self._registry_lock = threading.Lock()
+        self._leases: dict[int, RemoteLease] = {}
+        self._by_message: dict[str, RemoteLease] = {}
+        self._keys = itertools.count(1)
+        self._closed = False
+        self.observers: tuple[Observer, ...] = ()
+        self._base = _zero_stats()  # what renewers that died had counted
+        self._last = _zero_stats()  # the latest figures of the current one
+        self._notices: queue.SimpleQueue[tuple[RemoteLease, str] | None] = queue.SimpleQueue()
+        self._notifier = threading.Thread(
+            target=self._notify_loop, name="leasekeeper-renewer-notify", daemon=True
+        )
+        self._notifier.start()
+        self._link: RenewerLink | None = self._new_link()
+        _live.add(self)
+
+    # ------------------------------------------------------------------ the child
+
+    def _new_link(self) -> RenewerLink:
+        return RenewerLink(self._payload, on_frame=self._apply, on_gone=self._link_gone)
+
+    def _apply(self, frame: tuple[Any, ...]) -> None:
+        """A notice from the renewer (on the link's reader thread)."""
+        tag = frame[0]
+        if tag == "extended":
+            _, key, receipt, visible_until, extensions = frame
+            lease = self._leases.get(key)
+            if lease is not None:
+                lease.receipt, lease.visible_until, lease.extensions = (
+                    receipt,
+                    visible_until,
+                    extensions,
+                )
+        elif tag == "ended":
+            _, key, state, reason, signal = frame
+            lease = self._leases.get(key)
+            if lease is not None:
+                self._end(lease, LeaseState(state), reason, signal=signal)
+        elif tag == "event":
+            self._forward_event(frame[1], frame[2])
+
+    def _link_gone(self, link: RenewerLink) -> None:
+        """The renewer died: its leases are lost; a new one takes the new leases."""
+        with self._registry_lock:
+            held = list(self._leases.values())
+            if self._link is link:
+                self._link = None
+            self._base = _sum_stats(self._base, self._last)
+            self._last = _zero_stats()
+            self._base = dataclasses.replace(self._base, lost=self._base.lost + len(held))
+        for lease in held:
+            self._end(lease, LeaseState.LOST, DIED, signal=True)
+        with self._registry_lock:
+            if self._closed or self._link is not None:
+                return
+            try:
+                self._link = self._new_link()
+            except ConfigError as exc:
+                log.error("%s; the next register tries again", exc)
+
+    def _send(self, frame: tuple[Any, ...]) -> None:
+        link = self._link
+        if link is None:
+            raise LeaseLost("-", DIED)
+        link.send(frame)
+
+    def _ask(self, make: Callable[[int], tuple[Any, ...]]) -> Any:
+        link = self._link
+        return DIED if link is None else link.ask(make)
+
+    # ------------------------------------------------------------------ leases
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def pid(self) -> int:
+        link = self._link
+        return 0 if link is None else link.pid
+
+    @property
+    def running(self) -> bool:
+        link = self._link
+        return not self._closed and link is not None and link.alive
+
+    def register(self, message: Message) -> RemoteLease:
+        if message.backend is not self.backend:
+            raise ConfigError(
+                f"a process renewer renews the messages of {self.backend!r} only, "
+                f"not of {message.backend!r}"
+            )
+        visible_until = message.visible_until
+        if not math.isfinite(visible_until):
+            raise ValueError(
+                f"message {message.id!r} has no finite deadline ({visible_until!r}): "
+                "give it a finite visibility_timeout"
+            )
+        now = self._clock.now()
+        superseded: RemoteLease | None = None
+        with self._registry_lock:
+            if self._closed:
+                raise ManagerClosed("this LeaseManager is closed; it takes no new leases")
+            existing = self._by_message.get(message.id)
+            if existing is not None:
+                if existing.message is message or existing.receipt == message.receipt:
+                    return existing
+                superseded = existing
+            if visible_until - now < self.config.minimal_life:
+                raise LeaseTooShort(message.id, visible_until - now, self.config.minimal_life)
+            if self._link is None:
+                self._link = self._new_link()  # the last one died: a new one, now
+            lease = RemoteLease(self, message, now)
+            lease.key = key = next(self._keys)
+            self._leases[key] = lease
+            self._by_message[message.id] = lease
+        if superseded is not None:
+            self._end(superseded, LeaseState.LOST, "the message was received again elsewhere")
+        self._send(
+            (
+                "add",
+                key,
+                message.id,
+                message.receipt,
+                message.received_at,
+                message.visibility_timeout,
+                message.deadline_hint,
+                message.hard_deadline,
+                message.receive_count,
+            )
+        )
+        return lease
+
+    def complete(self, lease: Lease) -> None:
+        (result,) = self.complete_many([lease])
+        if result is not None:
+            raise result
+
+    def release(self, lease: Lease, delay: float | None) -> None:
+        (result,) = self._release([lease], delay, stop=False)
+        if result is not None:
+            raise result
+
+    def revoke(self, lease: Lease, delay: float) -> None:
+        (result,) = self._release([lease], delay, stop=True)
+        if result is not None:
+            raise result
+
+    def abandon(self, lease: Lease, reason: str) -> None:
+        remote = _remote(lease)
+        self._end(remote, LeaseState.ABANDONED, reason, signal=True)
+        with contextlib.suppress(LeaseLost, OSError):  # gone: nothing renews it anyway
+            self._send(("abandon", remote.key, reason))
+
+    def complete_many(self, leases: Sequence[Lease]) -> list[BaseException | None]:
+        remotes = [_remote(lease) for lease in leases]
+        results: list[BaseException | None] = [None] * len(remotes)
+        asked: list[int] = []
+        for i, lease in enumerate(remotes):
+            try:
+                if _check_completable(lease, self._clock.now()):
+                    asked.append(i)
+            except LeaseError as exc:
+                results[i] = exc
+        if not asked:
+            return results
+        payload = self._ask(lambda r: ("complete", r, [remotes[i].key for i in asked]))
+        for i, encoded in zip(asked, _per_lease(payload, len(asked)), strict=True):
+            lease = remotes[i]
+            error = decode_error(encoded)
+            if error is None:
+                self._end(lease, LeaseState.COMPLETED, "completed")
+            elif isinstance(error, LeaseLost):
+                self._end(lease, LeaseState.LOST, error.reason, signal=True)
+            results[i] = error
+        return results
+
+    def release_many(
+        self, leases: Sequence[Lease], delay: float | None
+    ) -> list[BaseException | None]:
+        return self._release(leases, delay, stop=False)
+
+    def _release(
+        self, leases: Sequence[Lease], delay: float | None, *, stop: bool
+    ) -> list[BaseException | None]:
+        remotes = [_remote(lease) for lease in leases]
+        results: list[BaseException | None] = [None] * len(remotes)
+        asked: list[int] = []
+        for i, lease in enumerate(remotes):
+            if lease.state is LeaseState.COMPLETED:
+                results[i] = LeaseError(
+                    f"lease on message {lease.id!r} was completed; cannot release"
+                )
+            elif lease.state is LeaseState.ACTIVE:
+                asked.append(i)
+        if not asked:
+            return results
+        payload = self._ask(lambda r: ("release", r, [remotes[i].key for i in asked], delay, stop))
+        for i, encoded in zip(asked, _per_lease(payload, len(asked)), strict=True):
+            lease = remotes[i]
+            error = decode_error(encoded)
+            if error is None:
+                reason = "released at shutdown" if stop else "released"
+                self._end(lease, LeaseState.RELEASED, reason, signal=stop)
+            elif isinstance(error, LeaseLost):
+                self._end(lease, LeaseState.LOST, error.reason, signal=True)
+            results[i] = error
+        return results
+
+    def _end(
+        self, lease: RemoteLease, state: LeaseState, reason: str, *, signal: bool = False
+    ) -> None:
+        """Apply an ending here (once): state, registry, the handler's signal, on_lost."""
+        with self._registry_lock:
+            if lease.state is not LeaseState.ACTIVE and not (
+                lease.state is LeaseState.ABANDONED and state is LeaseState.COMPLETED
+            ):
+                return
+            lease.state = state
+            lease.reason = reason
+            lease.message.ended_lease = weakref.ref(lease)
+            if self._leases.get(lease.key) is lease:
+                del self._leases[lease.key]
+            if self._by_message.get(lease.id) is lease:
+                del self._by_message[lease.id]
+        if signal or state in (LeaseState.LOST, LeaseState.ABANDONED):
+            lease.signal()
+        if state in (LeaseState.LOST, LeaseState.ABANDONED):
+            self._notices.put((lease, reason))
+        for observer in self.observers:
+            _tell(observer, "on_ended", lease, state, reason)
+
+    def _notify_loop(self) -> None:
+        """The notifier thread: on_lost, off the reader thread (it may call complete)."""
+        while True:
+            notice = self._notices.get()
+            if notice is None:
+                return
+            lease, reason = notice
+            log.warning("lease on message %r %s: %s", lease.id, lease.state.value, reason)
+            try:
+                self._on_lost(lease, reason)
+            except Exception:
+                log.exception("on_lost callback raised for message %r", lease.id)
+
+    # ------------------------------------------------------------------ the rest
+
+    def get(self, message: Message) -> RemoteLease | None:
+        with self._registry_lock:
+            lease = self._by_message.get(message.id)
+            return lease if lease is not None and message.backend is self.backend else None
+
+    def leases(self) -> list[Lease]:
+        with self._registry_lock:
+            return list(self._leases.values())
+
+    def count(self) -> int:
+        with self._registry_lock:
+            return len(self._leases)
+
+    def stats(self) -> Stats:
+        payload = self._ask(lambda r: ("stats", r)) if not self._closed else None
+        with self._registry_lock:
+            if isinstance(payload, Stats):
+                self._last = payload
+            total = _sum_stats(self._base, self._last)
+            return dataclasses.replace(total, in_flight=len(self._leases))
+
+    def add_observer(self, observer: Observer) -> None:
+        self.observers = (*self.observers, observer)
+        self._send_quietly(("observe", True))
+
+    def remove_observer(self, observer: Observer) -> None:
+        self.observers = tuple(o for o in self.observers if o is not observer)
+        if not self.observers:
+            self._send_quietly(("observe", False))
+
+    def _send_quietly(self, frame: tuple[Any, ...]) -> None:
+        with contextlib.suppress(LeaseLost, OSError):
+            self._send(frame)
+
+    def _forward_event(self, callback: str, args: tuple[Any, ...]) -> None:
+        if callback == "on_call":
+            operation, entries, seconds, outcomes, error = args
+            event = CallEvent(operation, self.backend, entries, seconds, outcomes, error)
+            for observer in self.observers:
+                _tell(observer, "on_call", event)
+            return
+        key, value = args
+        lease = self._leases.get(key)
+        if lease is not None:
+            for observer in self.observers:
+                _tell(observer, callback, lease, value)
+
+    def close(self, release: bool, timeout: float | None) -> None:
+        with self._registry_lock:
+            if self._closed:
+                return
+            self._closed = True
+            link = self._link
+        if link is not None:
+            link.closing = True
+            self._ask(lambda r: ("close", r, release, timeout))
+            link.close(None if timeout is None else timeout + 5.0)
+        self._notices.put(None)
+        if self._notifier is not threading.current_thread():
+            self._notifier.join(5.0)
+        _live.discard(self)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child of the worker: the leases and the renewer are the
+        parent's; let go of them."""
+        self._closed = True
+        link, self._link = self._link, None
+        if link is not None:
+            link.drop()
+
+
+def _remote(lease: Lease) -> RemoteLease:
+    if not isinstance(lease, RemoteLease):
+        raise TypeError(f"not a lease of this manager: {lease!r}")
+    return lease
+
+
+def _check_completable(lease: RemoteLease, now: float) -> bool:
+    """What ``complete()`` can tell without asking the renewer: False when it is
+    completed already; raises when it cannot be completed."""
+    state = lease.state
+    if state is LeaseState.ACTIVE:
+        return True
+    if state is LeaseState.COMPLETED:
+        return False
+    if state is LeaseState.RELEASED:
+        if lease.signalled:
+            raise LeaseLost(lease.id, lease.reason or "released")
+        raise LeaseError(f"lease on message {lease.id!r} was released; it cannot be completed")
+    if state is LeaseState.LOST or now >= lease.visible_until:
+        raise LeaseLost(lease.id, lease.reason or str(state))
+    return True  # abandoned, and its message still hidden
+
+
+def _per_lease(payload: Any, count: int) -> list[Any]:
+    if payload == DIED or not isinstance(payload, list) or len(payload) != count:
+        return [("LeaseLost", ("-", DIED))] * count
+    return payload
+
+
+def _tell(observer: Observer, callback: str, *args: Any) -> None:
+    try:
+        getattr(observer, callback)(*args)
+    except Exception:
+        log.exception("observer %r raised in %s", observer, callback)
+
+
+def _zero_stats() -> Stats:
+    values = {f.name: 0 if f.type in ("int", int) else 0.0 for f in dataclasses.fields(Stats)}
+    return Stats(**values)  # type: ignore[arg-type]
+
+
+def _sum_stats(a: Stats, b: Stats) -> Stats:
+    """Counters add up; percentiles are the newer renewer's."""
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(Stats):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        fields[f.name] = x + y if isinstance(x, int) else y
+    return Stats(**fields)
+
+
+def _forget_after_fork() -> None:
+    for renewer in list(_live):
+        renewer.forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)

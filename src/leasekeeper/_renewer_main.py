@@ -1,0 +1,436 @@
+"""The renewer process: ``python -m leasekeeper._renewer_main FD``.
+
+Started by ``_process.ProcessRenewer`` with one end of a socket pair as file
+descriptor FD. It builds its own backend from the worker's ``backend.spec()``, runs
+an ordinary thread-mode ``LeaseManager`` on it, and does what the worker asks
+(``_wire`` lists the frames): lease, complete, release, report. Because it is a
+process of its own, a worker holding the GIL in a C call does not stop its
+renewals, and a worker that dies is noticed at once.
+
+The worker's death is noticed three ways, whichever comes first: end of file on
+the socket (the kernel closes a dead process's sockets); the parent-death signal
+(Linux ``PR_SET_PDEATHSIG``, which fires when the *thread* that started us exits,
+so it is only believed once ``getppid()`` changed too); and ``getppid()`` itself,
+checked by a watchdog thread, for a socket kept open by a forked copy of the
+worker. Then every lease still held is released (visibility 0), so another worker
+gets its message at once, and the process exits: no renewer outlives its worker.
+It never infers death from silence: a worker stuck in C code says nothing and is
+alive. SIGINT and SIGTERM are ignored: the renewer shares its worker's fate, not
+its terminal's or its service manager's, and it must keep renewing while a
+worker's graceful shutdown lets its handlers finish.
+
+Requests are read and done by a pool of serving threads, leader/follower: the
+thread that reads a request does it, so the worker's round trip crosses no extra
+thread here. Notices go out through their own sender thread, so a worker that is
+not reading (stuck in C code) never stalls the renewals here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from leasekeeper._record import LeaseRecord, LeaseState
+from leasekeeper._wire import encode_error, recv_frame, send_frame
+from leasekeeper.backends.base import Message
+from leasekeeper.config import LeaseConfig
+from leasekeeper.errors import LeaseError
+from leasekeeper.lease import Lease
+from leasekeeper.manager import LeaseManager
+from leasekeeper.observers import CallEvent, Observer
+
+log = logging.getLogger("leasekeeper.renewer")
+
+PARENT_DEATH_SIGNAL = signal.SIGUSR1
+WATCH_INTERVAL = 0.2  # seconds between getppid() checks
+EXIT_RELEASE_TIMEOUT = 10.0  # how long releasing at the worker's death may take
+_PR_SET_PDEATHSIG = 1
+
+
+class WorkerGone(Exception):
+    """The worker process died: release everything and exit."""
+
+
+class Outbox:
+    """Frames to the worker: notices go through one sender thread, batched when they
+    pile up, so the renewal threads that raise them never wait for the worker to
+    read; a request's reply is sent by the thread that did the request (``reply``),
+    one thread handoff less on the worker's round trip."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._send_lock = threading.Lock()  # guards the socket's sending side
+        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=self._run, name="leasekeeper-renewer-sender", daemon=True
+        )
+        self._thread.start()
+
+    def put(self, frame: tuple[Any, ...]) -> None:
+        self._queue.put(frame)
+
+    def reply(self, frame: tuple[Any, ...]) -> None:
+        """Send ``frame`` now, from this thread (a request's answer)."""
+        try:
+            with self._send_lock:
+                send_frame(self._conn, frame)
+        except OSError:
+            pass  # the worker is gone: nobody to answer
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is queued, then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait until what is queued now has been sent."""
+        sent = threading.Event()
+        self._queue.put(("__flushed__", sent))
+        sent.wait(timeout)
+
+    def _run(self) -> None:
+        while True:
+            frame = self._queue.get()
+            frames: list[tuple[Any, ...]] = []
+            flushed: list[threading.Event] = []
+            done = frame is None
+            more: tuple[Any, ...] | None = frame
+            while more is not None:
+                if more[0] == "__flushed__":
+                    flushed.append(more[1])
+                else:
+                    frames.append(more)
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    done = True
+            try:
+                with self._send_lock:
+                    if len(frames) == 1:
+                        send_frame(self._conn, frames[0])
+                    elif frames:
+                        send_frame(self._conn, ("batch", frames))
+            except OSError:
+                return  # the worker is gone: nobody to tell
+            finally:
+                for event in flushed:
+                    event.set()
+            if done:
+                return
+
+
+class Forwarder(Observer):
+    """Tells the worker what happened to its leases (and, when asked, every event),
+    and forgets the keys of leases that ended."""
+
+    def __init__(self, outbox: Outbox, leases: dict[int, Lease], keys: dict[int, int]) -> None:
+        self._outbox = outbox
+        self._leases = leases  # the worker's key -> lease
+        self._keys = keys  # id(lease) -> the worker's key
+        self.events = False  # forward on_call/on_lapse too (the worker has observers)
+
+    def on_extended(self, lease: LeaseRecord, headroom: float) -> None:
+        key = self._keys.get(id(lease))
+        if key is not None:
+            self._outbox.put(
+                ("extended", key, lease.receipt, lease.visible_until, lease.extensions)
+            )
+            if self.events:
+                self._outbox.put(("event", "on_extended", (key, headroom)))
+
+    def on_ended(self, lease: LeaseRecord, state: LeaseState, reason: str) -> None:
+        key = self._keys.pop(id(lease), None)
+        if key is None:
+            return
+        self._leases.pop(key, None)
+        if state is not LeaseState.COMPLETED:  # a completion is the reply's to tell
+            self._outbox.put(("ended", key, state.value, reason, lease.signalled))
+
+    def on_call(self, event: CallEvent) -> None:
+        if self.events:
+            args = (event.operation, event.entries, event.seconds, event.outcomes, event.error)
+            self._outbox.put(("event", "on_call", args))
+
+    def on_lapse(self, lease: LeaseRecord, late: float) -> None:
+        key = self._keys.get(id(lease))
+        if self.events and key is not None:
+            self._outbox.put(("event", "on_lapse", (key, late)))
+
+
+class ChildRenewer:
+    """A thread-mode LeaseManager on the rebuilt backend, driven by the worker's frames."""
+
+    def __init__(self, conn: Connection, manager: LeaseManager, outbox: Outbox) -> None:
+        self._conn = conn
+        self._manager = manager
+        self._outbox = outbox
+        self._leases: dict[int, Lease] = {}  # the worker's key -> lease
+        self._keys: dict[int, int] = {}  # id(lease) -> key (the forwarder forgets ended ones)
+        self._forwarder = Forwarder(outbox, self._leases, self._keys)
+        manager.add_observer(self._forwarder)
+        # Leader/follower: whichever serving thread holds this lock reads the next
+        # frame, lets go, and does the request itself - no handoff to another thread
+        # on the worker's round trip. Cheap frames (add, abandon, ...) are done before
+        # letting go, so a complete can never overtake the add of its lease.
+        self._read_lock = threading.Lock()
+        self._done = threading.Event()  # closed, or the worker is gone
+        self._gone = False  # the worker is gone (not closed): release everything
+        self._busy_lock = threading.Lock()  # guards _busy
+        self._busy = 0  # requests being done now
+        self._threads = [
+            threading.Thread(
+                target=self._serve_frames, name=f"leasekeeper-renewer-op-{n}", daemon=True
+            )
+            for n in range(manager.config.max_concurrency)
+        ]
+
+    def serve(self) -> None:
+        """Do what the worker asks until it closes us or dies (then release all)."""
+        for thread in self._threads:
+            thread.start()
+        try:
+            self._done.wait()
+        except WorkerGone:  # the parent-death signal or the watchdog, in this thread
+            self._gone = True
+            self._done.set()
+        # From here on the worker's death is known (or we were closed): no second
+        # notice of it may interrupt the release below.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {PARENT_DEATH_SIGNAL})
+        if self._gone:
+            self._drain()  # what the worker sent before it died, still unread
+            self._wait_idle(EXIT_RELEASE_TIMEOUT)  # what the worker asked before it died
+            log.info("the worker is gone: releasing %d lease(s)", len(self._leases))
+            self._manager.close(release=True, timeout=EXIT_RELEASE_TIMEOUT)
+
+    def _serve_frames(self) -> None:
+        while not self._done.is_set():
+            with self._read_lock:
+                if self._done.is_set():
+                    return
+                try:
+                    frame = recv_frame(self._conn)
+                except (EOFError, OSError):
+                    self._gone = True
+                    self._done.set()
+                    return
+                tag = frame[0]
+                if tag not in ("complete", "release"):
+                    self._handle(frame)
+                    continue
+                with self._busy_lock:
+                    self._busy += 1
+            try:
+                if tag == "complete":
+                    self._complete(frame[1], self._find(frame[2]))
+                else:
+                    self._release(frame[1], self._find(frame[2]), frame[3], frame[4])
+            except Exception:
+                log.exception("the worker's %s request failed", tag)
+            finally:
+                with self._busy_lock:
+                    self._busy -= 1
+
+    def _drain(self) -> None:
+        """Do the frames a dead worker sent that nobody read yet (its last adds and
+        completes: a complete it asked for is a delete, not a release). The serving
+        threads stop reading once ``_done`` is set; one may still sit in a read, with
+        the lock, when no end of file comes (a forked copy of the worker holds the
+        socket): then there is nothing to drain."""
+        if not self._read_lock.acquire(timeout=1.0):
+            return
+        try:
+            while self._conn.poll(0):
+                frame = recv_frame(self._conn)
+                tag = frame[0]
+                if tag == "complete":
+                    self._complete(frame[1], self._find(frame[2]))
+                elif tag == "release":
+                    self._release(frame[1], self._find(frame[2]), frame[3], frame[4])
+                elif tag != "close":
+                    self._handle(frame)
+        except (EOFError, OSError):
+            pass
+        finally:
+            self._read_lock.release()
+
+    def _wait_idle(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._busy_lock:
+                if self._busy == 0:
+                    return
+            time.sleep(0.01)
+
+    def _handle(self, frame: tuple[Any, ...]) -> None:
+        """A cheap frame, done by the reading thread before it lets go."""
+        tag = frame[0]
+        if tag == "add":
+            self._add(frame)
+        elif tag == "abandon":
+            lease = self._leases.get(frame[1])
+            if lease is not None:
+                lease.owner.abandon(lease, frame[2])
+        elif tag == "stats":
+            self._outbox.reply(("done", frame[1], self._manager.stats()))
+        elif tag == "observe":
+            self._forwarder.events = bool(frame[1])
+        elif tag == "close":
+            # Holding the read lock, nothing new starts; then what runs finishes, the
+            # manager closes (its releases told to the worker), and only then the
+            # reply: the worker's close() returns with every lease's end applied.
+            self._wait_idle(EXIT_RELEASE_TIMEOUT)
+            self._manager.close(release=frame[2], timeout=frame[3])
+            self._outbox.flush()
+            self._outbox.reply(("done", frame[1], None))
+            self._done.set()
+        else:
+            log.error("unknown frame %r from the worker", tag)
+
+    def _add(self, frame: tuple[Any, ...]) -> None:
+        (
+            _,
+            key,
+            message_id,
+            receipt,
+            received_at,
+            visibility_timeout,
+            deadline_hint,
+            hard_deadline,
+            receive_count,
+        ) = frame
+        message = Message(
+            id=message_id,
+            body="",  # the renewer never needs the body: it stays in the worker
+            receipt=receipt,
+            backend=self._manager.backend,  # type: ignore[arg-type]
+            received_at=received_at,
+            visibility_timeout=visibility_timeout,
+            receive_count=receive_count,
+            deadline_hint=deadline_hint,
+            hard_deadline=hard_deadline,
+        )
+        try:
+            lease = self._manager.register(message)
+        except LeaseError as exc:
+            self._outbox.put(("ended", key, LeaseState.LOST.value, str(exc), True))
+            return
+        self._leases[key] = lease
+        self._keys[id(lease)] = key
+
+    def _find(self, keys: Sequence[int]) -> list[Lease | None]:
+        return [self._leases.get(key) for key in keys]
+
+    def _complete(self, request: int, leases: list[Lease | None]) -> None:
+        results: list[BaseException | None] = []
+        known = [lease for lease in leases if lease is not None]
+        if len(known) == 1 == len(leases):
+            try:
+                known[0].complete()
+                results = [None]
+            except (LeaseError, ValueError) as exc:
+                results = [exc]
+        else:
+            done = iter(self._manager.complete_many(known))
+            results = [next(done) if lease is not None else _unknown() for lease in leases]
+        self._outbox.reply(("done", request, [encode_error(r) for r in results]))
+
+    def _release(
+        self, request: int, leases: list[Lease | None], delay: float | None, stop: bool
+    ) -> None:
+        results: list[BaseException | None] = []
+        for lease in leases:
+            if lease is None:
+                results.append(None)  # ended already here: nothing to release
+                continue
+            try:
+                if stop:
+                    self._manager.revoke(lease, 0.0 if delay is None else delay)
+                else:
+                    lease.release(delay)
+                results.append(None)
+            except (LeaseError, ValueError) as exc:
+                results.append(exc)
+        self._outbox.reply(("done", request, [encode_error(r) for r in results]))
+
+
+def _unknown() -> LeaseError:
+    return LeaseError("the renewer holds no such lease (it ended there)")
+
+
+def watch_parent(parent: int) -> None:
+    """Turn the worker's death into WorkerGone in the main thread, however it shows."""
+
+    raised = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        # Believed only once the parent really changed, and raised only once: a
+        # second signal must not interrupt the release the first one started.
+        if os.getppid() != parent and not raised.is_set():
+            raised.set()
+            raise WorkerGone
+
+    signal.signal(PARENT_DEATH_SIGNAL, on_signal)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(PARENT_DEATH_SIGNAL), 0, 0, 0)
+
+    def watchdog() -> None:
+        while os.getppid() == parent:
+            threading.Event().wait(WATCH_INTERVAL)
+        os.kill(os.getpid(), PARENT_DEATH_SIGNAL)
+
+    threading.Thread(target=watchdog, name="leasekeeper-renewer-watchdog", daemon=True).start()
+    if os.getppid() != parent:  # it died before we could watch it
+        raise WorkerGone
+
+
+def main(argv: Sequence[str]) -> int:
+    for ignored in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(ignored, signal.SIG_IGN)
+    conn = Connection(int(argv[1]))
+    path, parent, payload = recv_frame(conn)
+    sys.path[:0] = [entry for entry in path if entry not in sys.path]
+    try:
+        watch_parent(parent)
+        spec, config = pickle.loads(payload)
+        backend = spec.build()
+        manager = LeaseManager(backend, LeaseConfig.from_fields(config, {}))
+    except WorkerGone:
+        return 0
+    except Exception as exc:
+        # Type and text: a spec's build error says what is missing (an environment
+        # variable, a credential) and, by the specs' design, holds no secret.
+        send_frame(conn, ("failed", f"{type(exc).__name__}: {exc}"))
+        return 1
+    outbox = Outbox(conn)
+    renewer = ChildRenewer(conn, manager, outbox)
+    send_frame(conn, ("ready", os.getpid()))
+    try:
+        renewer.serve()
+    except WorkerGone:  # raised again while releasing: the release goes on
+        manager.close(release=True, timeout=EXIT_RELEASE_TIMEOUT)
+    finally:
+        outbox.close()
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(
+        level=os.environ.get("LEASEKEEPER_RENEWER_LOG", "WARNING"),
+        format="%(asctime)s leasekeeper-renewer[%(process)d] %(name)s: %(message)s",
+    )
+    sys.exit(main(sys.argv))

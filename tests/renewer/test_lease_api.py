@@ -1,0 +1,113 @@
+"""The lease API, the same in both renewer modes, on each cloud backend's local service.
+
+Every test runs with ``renewer="thread"`` and ``renewer="process"`` (see conftest):
+what a handler sees - renewals, completes, releases, losses, ``on_lost``, ``close``,
+stats - must not depend on where the renewals happen.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from leasekeeper import LeaseError, LeaseLost, LeaseState
+from tests.renewer.conftest import Leasing
+
+pytestmark = [pytest.mark.realtime, pytest.mark.slow]
+
+
+def wait_for(condition: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def test_a_lease_is_renewed_past_its_timeout_then_completed(leasing: Leasing) -> None:
+    leasing.subject.send("job")
+    (message,) = leasing.receive()
+    lease = leasing.manager.register(message)
+    wait_for(lambda: lease.extensions >= 2)  # 4 s timeout, renewed every ~2 s
+    assert leasing.subject.backend.receive(max_messages=1) == []  # still ours
+    assert lease.state is LeaseState.ACTIVE and lease.visible_for() > 0
+    lease.complete()
+    assert lease.state is LeaseState.COMPLETED
+    lease.complete()  # a second time does nothing
+    stats = leasing.manager.stats()
+    assert (stats.registered, stats.completed, stats.lost) == (1, 1, 0)
+    assert stats.extended >= 2
+    assert leasing.manager.leases() == []
+
+
+def test_the_lease_scope_deletes_on_success_and_releases_on_error(leasing: Leasing) -> None:
+    leasing.subject.send("good")
+    leasing.subject.send("bad")
+    bad, good = sorted(leasing.receive(2), key=lambda m: str(m.body))
+    with leasing.manager.lease(good):
+        pass
+    with pytest.raises(RuntimeError), leasing.manager.lease(bad) as lease:
+        raise RuntimeError("handler failed")
+    assert lease.state is LeaseState.RELEASED and not lease.is_lost
+    (again,) = leasing.receive()  # released: back at once, the good one is gone
+    assert str(again.body) == "bad"
+
+
+def test_the_decorator(leasing: Leasing) -> None:
+    seen: list[str] = []
+
+    @leasing.manager.leased
+    def handle(message: Any) -> str:
+        seen.append(str(message.body))
+        return "done"
+
+    leasing.subject.send("job")
+    (message,) = leasing.receive()
+    assert handle(message) == "done"
+    assert seen == ["job"]
+    assert leasing.manager.get(message) is None  # ended: completed
+    assert leasing.manager.stats().completed == 1
+
+
+def test_a_lost_lease_is_told_and_deletes_nothing(leasing: Leasing) -> None:
+    leasing.subject.send("job")
+    (message,) = leasing.receive()
+    lease = leasing.manager.register(message)
+    # Someone else deletes it with the receipt of our receive: the next extend is
+    # refused, and the handler hears of it.
+    assert leasing.subject.backend.delete([message.handle])[0].kind == "ok"
+    assert lease.lost.wait(30), "the loss was never told"
+    wait_for(lambda: leasing.lost)
+    assert leasing.lost[0][0] is lease
+    assert lease.state is LeaseState.LOST
+    with pytest.raises(LeaseLost):
+        lease.check()
+    with pytest.raises(LeaseLost):
+        lease.complete()
+    assert leasing.manager.stats().lost == 1
+
+
+def test_close_releases_what_is_held_and_tells_the_handlers(leasing: Leasing) -> None:
+    for i in range(3):
+        leasing.subject.send(f"job {i}")
+    leases = [leasing.manager.register(m) for m in leasing.receive(3, visibility=30)]
+    leasing.manager.close()
+    assert all(lease.state is LeaseState.RELEASED for lease in leases)
+    assert all(lease.lost.is_set() for lease in leases)
+    assert len(leasing.receive(3)) == 3  # back at once, not after 30 s
+
+
+def test_batches_and_revoke(leasing: Leasing) -> None:
+    for i in range(5):
+        leasing.subject.send(f"job {i}")
+    leases = [leasing.manager.register(m) for m in leasing.receive(5, visibility=30)]
+    assert leasing.manager.complete_many(leases[:3]) == [None, None, None]
+    assert [lease.state for lease in leases[:3]] == [LeaseState.COMPLETED] * 3
+    assert leasing.manager.release_many(leases[3:4], 0.0) == [None]
+    leasing.manager.revoke(leases[4])
+    assert leases[3].state is LeaseState.RELEASED and not leases[3].is_lost
+    assert leases[4].state is LeaseState.RELEASED and leases[4].is_lost
+    with pytest.raises(LeaseError):
+        leases[0].release()  # completed
+    assert len(leasing.receive(2)) == 2

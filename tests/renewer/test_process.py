@@ -1,0 +1,245 @@
+"""What only the process renewer does: renew through a held GIL, and fail over at once.
+
+Against moto's server (its own process), so a test that holds this process's GIL
+holds nothing the renewer or the service needs. Timings are generous bounds for
+a loaded machine; the figures themselves are measured by ``make bench``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from leasekeeper import ConfigError, LeaseLost, LeaseManager, LeaseState
+from leasekeeper.backends.memory import MemoryQueue
+from leasekeeper.backends.sqs import SQSBackend
+from leasekeeper.testing import FaultyBackend, ManualClock
+from tests.core.test_lapses import hold_the_gil
+from tests.services import CHILD_ENV, make_client
+
+pytestmark = [pytest.mark.realtime, pytest.mark.slow]
+
+
+@pytest.fixture
+def queue_url(moto_endpoint: str, renewer_env: None) -> Iterator[str]:
+    admin = make_client(moto_endpoint)
+    url: str = admin.create_queue(
+        QueueName=f"renewer-{uuid.uuid4().hex[:12]}", Attributes={"VisibilityTimeout": "30"}
+    )["QueueUrl"]
+    yield url
+    admin.delete_queue(QueueUrl=url)
+
+
+def fill(endpoint: str, url: str, n: int) -> None:
+    admin = make_client(endpoint)
+    for start in range(0, n, 10):
+        entries = [
+            {"Id": str(i), "MessageBody": f"job {i}"} for i in range(start, min(n, start + 10))
+        ]
+        admin.send_message_batch(QueueUrl=url, Entries=entries)
+
+
+def drain_ids(endpoint: str, url: str, want: int, timeout: float) -> set[str]:
+    """Receive (as another consumer) until ``want`` distinct messages or ``timeout``."""
+    other = make_client(endpoint)
+    got: set[str] = set()
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        answer = other.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=60
+        )
+        got |= {m["MessageId"] for m in answer.get("Messages", [])}
+    return got
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie counts as gone: it renews nothing.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_renewals_go_on_while_the_handler_holds_the_gil(moto_endpoint: str, queue_url: str) -> None:
+    fill(moto_endpoint, queue_url, 5)
+    backend = SQSBackend(make_client(moto_endpoint), queue_url)
+    manager = LeaseManager(
+        backend, renewer="process", visibility_timeout=2, timer_interval=0.2, minimal_life=0.5
+    )
+    try:
+        leases = []
+        while len(leases) < 5:
+            for message in backend.receive(max_messages=5, wait_seconds=1, visibility_timeout=2):
+                leases.append(manager.register(message))
+        hold_the_gil(3.5)  # 1.75 timeouts with no thread of this process running
+        assert drain_ids(moto_endpoint, queue_url, 1, timeout=1.5) == set()
+        for lease in leases:
+            lease.complete()
+        assert all(lease.extensions >= 1 for lease in leases)
+        stats = manager.stats()
+        assert (stats.completed, stats.lost, stats.lapses) == (5, 0, 0)
+    finally:
+        manager.close()
+
+
+def test_a_killed_worker_s_messages_come_back_at_once(moto_endpoint: str, queue_url: str) -> None:
+    fill(moto_endpoint, queue_url, 20)
+    env = {**os.environ, **CHILD_ENV}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "tests.renewer.worker_proc", moto_endpoint, queue_url, "20"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        line = worker.stdout.readline() if worker.stdout else ""
+        assert line.startswith("ready"), line
+        _, renewer, *held = line.split()
+        assert len(held) == 20
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        killed = time.monotonic()
+        # Visibility 30 s: without the renewer's release nothing would come back sooner.
+        got = drain_ids(moto_endpoint, queue_url, 20, timeout=20)
+        took = time.monotonic() - killed
+        assert got == set(held), f"{len(got)} of 20 back after {took:.1f}s"
+        assert took < 20
+        deadline = time.monotonic() + 10
+        while alive(int(renewer)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(int(renewer)), "the renewer outlived its worker"
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+
+
+def test_a_killed_renewer_s_leases_are_reported_lost_and_a_new_one_takes_over(
+    moto_endpoint: str, queue_url: str
+) -> None:
+    fill(moto_endpoint, queue_url, 6)
+    backend = SQSBackend(make_client(moto_endpoint), queue_url)
+    reports: list[tuple[Any, str]] = []
+    manager = LeaseManager(
+        backend,
+        renewer="process",
+        visibility_timeout=30,
+        on_lost=lambda lease, reason: reports.append((lease, reason)),
+    )
+    try:
+        messages: list[Any] = []
+        while len(messages) < 6:
+            messages += backend.receive(max_messages=6 - len(messages), wait_seconds=1)
+        leases = [manager.register(m) for m in messages[:5]]
+        first = manager.renewer_pid
+        os.kill(first, signal.SIGKILL)
+        for lease in leases:
+            assert lease.lost.wait(20), "a lease of the dead renewer was not reported"
+        deadline = time.monotonic() + 10
+        while len(reports) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert {lease.id for lease, _ in reports} == {lease.id for lease in leases}
+        assert all("renewer process died" in reason for _, reason in reports)
+        assert all(lease.state is LeaseState.LOST for lease in leases)
+        with pytest.raises(LeaseLost):
+            leases[0].complete()
+        # New leases go to a new renewer.
+        fresh = manager.register(messages[5])
+        assert manager.renewer_pid not in (0, first)
+        fresh.complete()
+        assert fresh.state is LeaseState.COMPLETED
+    finally:
+        manager.close()
+
+
+def test_close_leaves_no_renewer_behind(moto_endpoint: str, queue_url: str) -> None:
+    manager = LeaseManager(SQSBackend(make_client(moto_endpoint), queue_url), renewer="process")
+    pid = manager.renewer_pid
+    assert pid != os.getpid() and alive(pid)
+    manager.close()
+    assert not alive(pid)
+    assert not manager.running
+
+
+def test_a_renewer_that_cannot_build_its_backend_fails_the_manager_at_once(
+    monkeypatch: pytest.MonkeyPatch, mns_server: Any
+) -> None:
+    from leasekeeper.backends.mns import MNSBackend
+    from tests.services import sdk_queue
+
+    monkeypatch.delenv("MNS_ACCESS_KEY_ID", raising=False)
+    monkeypatch.delenv("MNS_ACCESS_KEY_SECRET", raising=False)
+    name = f"renewer-{uuid.uuid4().hex[:12]}"
+    mns_server.create_queue(name, visibility_timeout=30)
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="MNS_ACCESS_KEY_ID"):
+        LeaseManager(MNSBackend(sdk_queue(mns_server, name)), renewer="process")
+    assert time.monotonic() - started < 30
+
+
+def test_what_cannot_be_rebuilt_elsewhere_is_refused_clearly() -> None:
+    with pytest.raises(ConfigError, match="this process's memory"):
+        LeaseManager(MemoryQueue(), renewer="process")
+    with pytest.raises(ConfigError, match="wraps"):
+        LeaseManager(FaultyBackend(MemoryQueue()), renewer="process")
+    with pytest.raises(ConfigError, match="renewer"):
+        LeaseManager(MemoryQueue(), renewer="fork")  # type: ignore[arg-type]
+
+
+def test_the_process_renewer_needs_the_system_clock(moto_endpoint: str, queue_url: str) -> None:
+    backend = SQSBackend(make_client(moto_endpoint), queue_url, clock=ManualClock())
+    with pytest.raises(ConfigError, match="system clock"):
+        LeaseManager(backend, clock=ManualClock(), renewer="process")
+
+
+def test_a_worker_with_a_process_renewer(moto_endpoint: str, queue_url: str) -> None:
+    from leasekeeper import Worker
+
+    fill(moto_endpoint, queue_url, 10)
+    done: list[str] = []
+
+    def handler(message: Any) -> None:
+        hold_the_gil(0.2)  # CPU-bound work that keeps the GIL
+        done.append(message.id)
+
+    worker = Worker(
+        SQSBackend(make_client(moto_endpoint), queue_url),
+        handler,
+        renewer="process",
+        concurrency=4,
+        wait_seconds=1,
+        visibility_timeout=10,
+    )
+    assert worker.manager.renewer_pid != os.getpid()
+    stats = worker.run(until_idle=3)
+    assert (stats.completed, stats.lost, stats.failed) == (10, 0, 0)
+    assert len(set(done)) == 10
+    assert worker.manager.closed
+
+
+def test_the_default_managers_can_renew_in_a_process(moto_endpoint: str, queue_url: str) -> None:
+    import leasekeeper
+
+    fill(moto_endpoint, queue_url, 1)
+    backend = SQSBackend(make_client(moto_endpoint), queue_url)
+    leasekeeper.configure(renewer="process", visibility_timeout=10)
+    try:
+        (message,) = backend.receive(max_messages=1, wait_seconds=1)
+        with leasekeeper.lease(message) as held:
+            assert leasekeeper.default_manager(backend).renewer_pid != os.getpid()
+        assert held.state is LeaseState.COMPLETED
+    finally:
+        leasekeeper.shutdown()
+        leasekeeper.configure()
