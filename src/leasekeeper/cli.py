@@ -29,6 +29,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--seconds", type=_positive, default=30.0, help="wall time to scale the demo to (30)"
     )
+    demo.add_argument(
+        "--svg", metavar="FILE", default=None, help="also write the timelines as an SVG picture"
+    )
     demo.add_argument("-v", "--verbose", action="store_true", help="show leasekeeper's log")
     check = sub.add_parser("config", help="validate a LeaseConfig and show derived values")
     for f in dataclasses.fields(LeaseConfig):
@@ -45,7 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             level=logging.INFO if args.verbose else logging.ERROR,
             format="%(asctime)s %(threadName)s %(name)s: %(message)s",
         )
-        outcomes = run_demo(args.seconds)
+        outcomes = run_demo(args.seconds, svg=args.svg)
+        if args.svg is not None:
+            print(f"timelines written to {args.svg}")
         return 0 if outcomes[2].duplicates == 0 else 1
     fields: dict[str, object] = {}
     for f in dataclasses.fields(LeaseConfig):

@@ -34,6 +34,7 @@ import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Literal
@@ -48,6 +49,9 @@ from leasekeeper.manager import LeaseManager
 log = logging.getLogger("leasekeeper.worker")
 
 Handler = Callable[[Message], object]
+AroundHandler = Callable[[Message], AbstractContextManager[object]]
+
+_NO_SCOPE = contextlib.nullcontext()
 
 
 @dataclass
@@ -74,6 +78,9 @@ class Worker:
     hundredth of the visibility timeout, else none. ``gather``: how long it may
     wait for more handlers to finish before a receive, so that one receive brings
     a fuller batch.
+
+    ``worker.around_handler``, when set, wraps each ``handler(message)`` call
+    (``leasekeeper.otel.instrument(worker)`` sets it to a tracing span).
     """
 
     def __init__(
@@ -151,6 +158,12 @@ class Worker:
         self._done = threading.Event()
         #: The fatal ReceiveError that stopped the worker, if one did.
         self.error: ReceiveError | None = None
+        #: ``around_handler(message)``, when set, returns a context manager entered
+        #: just before ``handler(message)`` and left just after it, on the handler
+        #: thread, before the message's delete or release is queued: it sees the
+        #: handler's exception (``leasekeeper.otel`` puts a span there). It must not
+        #: raise: the message is leased already.
+        self.around_handler: AroundHandler | None = None
 
     # ------------------------------------------------------------------ control
 
@@ -334,8 +347,10 @@ class Worker:
             return
         started = SYSTEM_CLOCK.now()
         future = None
+        around = self.around_handler
         try:
-            self.handler(message)
+            with around(message) if around is not None else _NO_SCOPE:
+                self.handler(message)
         except Exception:
             log.exception("handler failed for message %r; released", message.id)
             outcome = "failed"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +17,9 @@ from leasekeeper.demo import LONG_UNITS, run_demo
 
 
 @pytest.mark.realtime
-def test_demo_shows_the_trade_and_leasekeeper_ends_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_demo_shows_the_trade_and_leasekeeper_ends_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     # The demo runs in real time with a 0.4 s visibility timeout (renewed when 0.13 s
     # remain): on a busy machine a lease can lapse, and then - rule 5 - it is lost and
     # its job may run twice. Keep the demo's managers to tell that from a bug.
@@ -27,7 +31,8 @@ def test_demo_shows_the_trade_and_leasekeeper_ends_it(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(demo, "LeaseManager", recording)
     out = io.StringIO()
-    long_timeout, short_no_lease, leased = run_demo(seconds=10, out=out, tty=False)
+    svg = tmp_path / "demo.svg"
+    long_timeout, short_no_lease, leased = run_demo(seconds=10, out=out, tty=False, svg=svg)
     unit = 10 / 25
     stats = [m.stats() for m in managers]
     lost = sum(s.lost for s in stats)
@@ -43,8 +48,38 @@ def test_demo_shows_the_trade_and_leasekeeper_ends_it(monkeypatch: pytest.Monkey
     assert short_no_lease.duplicates > 0
     assert long_timeout.duplicates == 0
     assert long_timeout.failover is None or long_timeout.failover >= (LONG_UNITS - 2) * unit
-    table = out.getvalue()
-    assert "(c) short timeout + leasekeeper" in table and "duplicates" in table
+    text = out.getvalue()
+    assert "(c) short timeout + leasekeeper" in text and "duplicates" in text
+    # The timelines, drawn once at the end without terminal codes: each job's rows,
+    # every renewal of (c), the crash, and (b)'s duplicate runs.
+    assert "\x1b[" not in text and text.count("job-1 ") == 3 and "✗" in text
+    runs = {o.title[:3]: o.timeline.snapshot() for o in (long_timeout, short_no_lease, leased)}
+    assert sum(len(r.renewals) for r in runs["(c)"]) == leased.extensions
+    assert sum(r.duplicate for r in runs["(b)"]) == short_no_lease.duplicates
+    assert [r.ending for r in runs["(c)"]].count("crashed") == 1
+    # The same as SVG: three panels, a bar per run, a tick per renewal.
+    root = ET.parse(svg).getroot()
+    marks = [e.attrib.get("class", "") for e in root.iter()]
+    assert marks.count("timeline") == 3
+    assert sum(c.startswith("run") for c in marks) == sum(len(r) for r in runs.values())
+    assert marks.count("renewal") == leased.extensions
+    assert marks.count("run duplicate") == short_no_lease.duplicates
+
+
+@pytest.mark.realtime
+def test_in_a_terminal_the_demo_redraws_its_timelines_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LINES", "60")
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    out = io.StringIO()
+    *_, leased = run_demo(seconds=10, out=out, tty=True)
+    text = out.getvalue()
+    assert leased.duplicates == 0 and leased.completed == 3
+    assert text.count("\x1b[J") > 10  # frames redrawn over the previous one
+    final = text[text.rindex("\x1b[J") :]
+    assert "(a) long timeout" in final and "crashed" in final and "scenario" in final
 
 
 def test_config_command_validates(capsys: pytest.CaptureFixture[str]) -> None:

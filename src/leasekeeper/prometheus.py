@@ -1,0 +1,219 @@
+"""Prometheus metrics of a LeaseManager: ``LeaseCollector``, read at scrape time.
+
+``pip install 'leasekeeper[prometheus]'``. Nothing is registered on import: the
+collector is yours to register, on ``prometheus_client.REGISTRY`` or a registry
+of your own:
+
+```python
+from prometheus_client import REGISTRY
+from leasekeeper.prometheus import LeaseCollector
+
+REGISTRY.register(LeaseCollector(manager))
+```
+
+Each scrape takes one ``manager.stats()`` snapshot (a few milliseconds at most:
+it sorts the last 2,048 timing samples of three kinds) and exposes, with the
+default ``namespace="leasekeeper"``:
+
+| metric | type | from ``Stats`` |
+|---|---|---|
+| leasekeeper_leases_in_flight | gauge | in_flight |
+| leasekeeper_scheduler_running | gauge | ``manager.running`` (1 or 0) |
+| leasekeeper_extend_threshold_seconds | gauge | extend_threshold (in force) |
+| leasekeeper_leases_registered_total | counter | registered |
+| leasekeeper_leases_ended_total{state} | counter | completed, released, lost, abandoned |
+| leasekeeper_leases_capped_total | counter | capped (part of abandoned) |
+| leasekeeper_extensions_total | counter | extended |
+| leasekeeper_extend_calls_total | counter | extend_calls |
+| leasekeeper_extend_errors_total | counter | extend_errors |
+| leasekeeper_extend_retries_total | counter | retries |
+| leasekeeper_lapses_total | counter | lapses |
+| leasekeeper_margin_warnings_total | counter | margin_warnings |
+| leasekeeper_callback_errors_total | counter | callback_errors |
+| leasekeeper_scheduler_errors_total | counter | scheduler_errors |
+| leasekeeper_scheduler_lag_seconds{quantile} | gauge | scheduler_lag_p50, _p99 |
+| leasekeeper_send_lag_seconds{quantile} | gauge | send_lag_p50, _p99 |
+| leasekeeper_extend_latency_seconds{quantile} | gauge | extend_latency_p50, _p99 |
+
+``serve_metrics(manager, port)`` serves them over HTTP on a registry of their own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
+try:
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.registry import Collector
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError(
+        "leasekeeper.prometheus needs prometheus_client: pip install 'leasekeeper[prometheus]'"
+    ) from exc
+
+from leasekeeper.manager import LeaseManager, Stats
+
+__all__ = ["LeaseCollector", "MetricsServer", "serve_metrics"]
+
+# (metric name without namespace or _total, Stats field, HELP)
+_COUNTERS = (
+    ("leases_registered", "registered", "Leases registered (messages the manager began to renew)."),
+    ("extensions", "extended", "Successful extensions (one per lease per renewal)."),
+    ("extend_calls", "extend_calls", "Extend calls sent to the queue service (a batch is one)."),
+    (
+        "extend_errors",
+        "extend_errors",
+        "Extend entries that came back retry or fatal, or calls that raised.",
+    ),
+    ("extend_retries", "retries", "Extends retried after a transient error."),
+    (
+        "lapses",
+        "lapses",
+        "Lease deadlines that passed before a successful extend was sent "
+        "(another consumer may have received the message).",
+    ),
+    (
+        "leases_capped",
+        "capped",
+        "Leases abandoned at the service's cap on total invisibility (also counted in "
+        'leases_ended_total{state="abandoned"}).',
+    ),
+    (
+        "margin_warnings",
+        "margin_warnings",
+        "Times scheduler lag plus extend latency ate more than half of extend_threshold.",
+    ),
+    ("callback_errors", "callback_errors", "on_lost callbacks and observers that raised."),
+    ("scheduler_errors", "scheduler_errors", "Unexpected errors the scheduler survived."),
+)
+_ENDED = ("completed", "released", "lost", "abandoned")
+_TIMINGS = (
+    (
+        "scheduler_lag_seconds",
+        "scheduler_lag",
+        "How late the scheduler woke for the earliest due lease",
+    ),
+    (
+        "send_lag_seconds",
+        "send_lag",
+        "Due time to extend sent, waiting for a dispatch thread included",
+    ),
+    ("extend_latency_seconds", "extend_latency", "Extend call latency"),
+)
+
+
+class LeaseCollector(Collector):
+    """A ``prometheus_client`` collector of one manager's ``stats()``, read at each
+    scrape (see the module docstring for the metrics). ``namespace`` prefixes every
+    name; it must be a valid metric name prefix."""
+
+    def __init__(self, manager: LeaseManager, *, namespace: str = "leasekeeper") -> None:
+        if not isinstance(manager, LeaseManager):
+            raise TypeError(f"LeaseCollector takes a LeaseManager, got {type(manager).__name__}")
+        if not namespace.replace("_", "a").isalnum() or namespace[0].isdigit():
+            raise ValueError(f"namespace must be letters, digits and '_', got {namespace!r}")
+        self.manager = manager
+        self.namespace = namespace
+
+    def describe(self) -> Iterator[Metric]:
+        """The metric families, without samples (so registering reads no stats)."""
+        return self._families(None, running=False)
+
+    def collect(self) -> Iterator[Metric]:
+        return self._families(self.manager.stats(), running=self.manager.running)
+
+    def _families(self, stats: Stats | None, *, running: bool) -> Iterator[Metric]:
+        ns = self.namespace
+        in_flight = GaugeMetricFamily(
+            f"{ns}_leases_in_flight",
+            "Leases held now: registered and not yet completed, released, lost or abandoned.",
+        )
+        alive = GaugeMetricFamily(
+            f"{ns}_scheduler_running",
+            "1 while the manager renews leases (started, not closed, scheduler thread alive).",
+        )
+        threshold = GaugeMetricFamily(
+            f"{ns}_extend_threshold_seconds",
+            "The extend threshold in force: a lease is renewed when less than this "
+            "remains (it moves with extend_threshold='auto').",
+        )
+        if stats is not None:
+            in_flight.add_metric([], stats.in_flight)
+            alive.add_metric([], 1.0 if running else 0.0)
+            threshold.add_metric([], stats.extend_threshold)
+        yield in_flight
+        yield alive
+        yield threshold
+        ended = CounterMetricFamily(
+            f"{ns}_leases_ended",
+            "Leases that ended, by state: completed (deleted), released, lost, abandoned.",
+            labels=["state"],
+        )
+        if stats is not None:
+            for state in _ENDED:
+                ended.add_metric([state], getattr(stats, state))
+        yield ended
+        for name, field, help_text in _COUNTERS:
+            counter = CounterMetricFamily(f"{ns}_{name}", help_text)
+            if stats is not None:
+                counter.add_metric([], getattr(stats, field))
+            yield counter
+        for name, field, help_text in _TIMINGS:
+            gauge = GaugeMetricFamily(
+                f"{ns}_{name}",
+                f"{help_text}: p50 and p99 of the last 2,048 samples, in seconds.",
+                labels=["quantile"],
+            )
+            if stats is not None:
+                gauge.add_metric(["0.5"], getattr(stats, field + "_p50"))
+                gauge.add_metric(["0.99"], getattr(stats, field + "_p99"))
+            yield gauge
+
+
+@dataclass
+class MetricsServer:
+    """An HTTP server of ``/metrics`` started by ``serve_metrics``; ``close()`` stops it."""
+
+    addr: str
+    port: int  # the port bound (the one asked for, or the one chosen for port 0)
+    registry: CollectorRegistry
+    server: WSGIServer
+    thread: threading.Thread
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.addr}]" if ":" in self.addr else self.addr
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        """Stop serving and free the port."""
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5.0)
+
+
+def serve_metrics(
+    collector_or_manager: LeaseCollector | LeaseManager, port: int, *, addr: str = "127.0.0.1"
+) -> MetricsServer:
+    """Serve ``collector_or_manager``'s metrics (a ``LeaseManager`` gets a
+    ``LeaseCollector``) at ``http://addr:port/metrics`` from a daemon thread, on a
+    registry of its own (nothing else of the process is exposed). ``port=0`` picks a
+    free port (``server.port`` says which). Loopback only unless ``addr`` says
+    otherwise."""
+    collector = (
+        LeaseCollector(collector_or_manager)
+        if isinstance(collector_or_manager, LeaseManager)
+        else collector_or_manager
+    )
+    if not isinstance(collector, LeaseCollector):
+        raise TypeError(
+            "serve_metrics() takes a LeaseCollector or a LeaseManager, got "
+            f"{type(collector_or_manager).__name__}"
+        )
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(collector)
+    server, thread = start_http_server(port, addr=addr, registry=registry)
+    return MetricsServer(addr, int(server.server_port), registry, server, thread)
