@@ -383,15 +383,20 @@ class StatusLine:
         self.every = every
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lag = (0.0, 0.0)  # the scheduler lag last read while the manager ran
 
     def line(self) -> str:
-        stats = self.worker.manager.stats()
+        manager = self.worker.manager
+        in_flight = 0
+        if not manager.closed:  # a closed renewer process has no figures to give
+            stats = manager.stats()
+            in_flight = stats.in_flight
+            self._lag = (stats.scheduler_lag_p50, stats.scheduler_lag_p99)
         done = self.worker.stats
+        p50, p99 = self._lag
         return (
-            f"{PROG}: in flight {stats.in_flight}, done {done.completed}, "
-            f"failed {done.failed}, lost {done.lost}, scheduler lag "
-            f"p50 {stats.scheduler_lag_p50 * 1000:.0f} ms p99 "
-            f"{stats.scheduler_lag_p99 * 1000:.0f} ms"
+            f"{PROG}: in flight {in_flight}, done {done.completed}, failed {done.failed}, "
+            f"lost {done.lost}, scheduler lag p50 {p50 * 1000:.0f} ms p99 {p99 * 1000:.0f} ms"
         )
 
     def start(self) -> None:
