@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import tracemalloc
 from collections.abc import Coroutine
 from pathlib import Path
@@ -295,7 +294,7 @@ def test_memory_stays_flat_over_a_long_run_of_short_jobs() -> None:
 
 SCRIPT = textwrap.dedent(
     """
-    import asyncio, json, sys
+    import asyncio, json, logging, sys
     from leasekeeper.aio import AsyncWorker
     from leasekeeper.backends.memory import MemoryQueue
 
@@ -317,6 +316,7 @@ SCRIPT = textwrap.dedent(
         print(json.dumps({"completed": stats.completed, "lost": stats.lost,
                           "left": len(queue), "visible": queue.visible_count()}), flush=True)
 
+    logging.basicConfig(level=logging.INFO)
     asyncio.run(main())
     """
 )
@@ -327,7 +327,11 @@ def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     script.write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.Popen(
-        [sys.executable, str(script), *args], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
 
 
@@ -347,7 +351,10 @@ def test_a_second_signal_skips_the_wait(tmp_path: Path) -> None:
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "started"
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.2)  # the first signal has been taken (no clock to advance in a child)
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the first signal taken, not merged with the second
+        if "stopping after running handlers finish" in line:
+            break
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=30)  # not the 30 s shutdown_timeout, nor 60 s
     assert proc.returncode == 0

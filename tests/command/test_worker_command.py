@@ -113,16 +113,29 @@ class Spy:
 
 @pytest.mark.realtime
 @pytest.mark.slow
-@pytest.mark.parametrize("handler", ["jobs:handle", "jobs:handle_async"])
+@pytest.mark.parametrize(
+    ("handler", "renewer"), [("jobs:handle", "thread"), ("jobs:handle_async", "process")]
+)
 def test_eight_jobs_of_3s_at_2s_run_once_each_and_sigterm_exits_0(
-    moto_endpoint: str, queue_url: str, workdir: Path, handler: str
+    moto_endpoint: str, queue_url: str, workdir: Path, handler: str, renewer: str
 ) -> None:
     client = make_client(moto_endpoint)
     bodies = [f"job-{i}" for i in range(8)]
     for body in bodies:
         client.send_message(QueueUrl=queue_url, MessageBody=body)
     proc = subprocess.Popen(
-        command(handler, "--sqs", queue_url, "--concurrency", "8", "--status-every", "1", *TIMING),
+        command(
+            handler,
+            "--sqs",
+            queue_url,
+            "--concurrency",
+            "8",
+            "--renewer",
+            renewer,
+            "--status-every",
+            "1",
+            *TIMING,
+        ),
         cwd=workdir,
         env=env_for(moto_endpoint),
         stdout=subprocess.PIPE,
@@ -151,7 +164,7 @@ def test_eight_jobs_of_3s_at_2s_run_once_each_and_sigterm_exits_0(
     assert counts["ApproximateNumberOfMessages"] == "0"  # all deleted
     assert counts["ApproximateNumberOfMessagesNotVisible"] == "0"
     kind = "AsyncWorker" if handler.endswith("_async") else "Worker"
-    assert f"{kind} running {handler}" in err
+    assert f"{kind} running {handler}" in err and f"renewer {renewer}" in err
     status = [line for line in err.splitlines() if line.startswith("leasekeeper worker: in flight")]
     assert status and "done 8, failed 0, lost 0" in status[-1]
     assert "Traceback" not in err
@@ -162,8 +175,19 @@ def test_until_idle_drains_and_exits_0(moto_endpoint: str, queue_url: str, workd
     client = make_client(moto_endpoint)
     client.send_message(QueueUrl=queue_url, MessageBody="only")
     (workdir / "quick.py").write_text("def handle(message):\n    print('did', message.body)\n")
+    script = Path(sys.executable).parent / "leasekeeper"  # the console script, as installed
     result = subprocess.run(
-        command("quick:handle", "--sqs", queue_url, "--until-idle", "1", "--status-every", "0"),
+        [
+            str(script),
+            "worker",
+            "quick:handle",
+            "--sqs",
+            queue_url,
+            "--until-idle",
+            "1",
+            "--status-every",
+            "0",
+        ],
         cwd=workdir,
         env=env_for(moto_endpoint),
         capture_output=True,
