@@ -191,10 +191,10 @@ class AsyncLease:
         if self._watching:
             self._watching = False
             self._relay.unwatch(self.lease, self._notify)
+        task, self._task = self._task, None
         if not self._cancelled:
             return False
         self._cancelled = False
-        task, self._task = self._task, None
         uncancel = getattr(task, "uncancel", None)  # Python >= 3.11
         if uncancel is None:
             return True
