@@ -1,4 +1,5 @@
-"""The ``leasekeeper`` command: ``demo`` and ``config`` (check a configuration)."""
+"""The ``leasekeeper`` command: ``demo``, ``config`` (check a configuration) and
+``worker`` (run a handler on a queue: ``leasekeeper.worker_command``)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ def _parser() -> argparse.ArgumentParser:
         "--svg", metavar="FILE", default=None, help="also write the timelines as an SVG picture"
     )
     demo.add_argument("-v", "--verbose", action="store_true", help="show leasekeeper's log")
+    # Parsed by leasekeeper.worker_command (main() hands it over); listed here for --help.
+    sub.add_parser(
+        "worker",
+        help="run MODULE:HANDLER on a queue's messages under leases (leasekeeper worker --help)",
+        add_help=False,
+    )
     check = sub.add_parser("config", help="validate a LeaseConfig and show derived values")
     for f in dataclasses.fields(LeaseConfig):
         check.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None)
@@ -40,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["worker"]:
+        from leasekeeper.worker_command import main as worker_main
+
+        return worker_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "demo":
         from leasekeeper.demo import run_demo

@@ -16,7 +16,7 @@ picks and configures the SDK and its exporters). ``instrument(manager)`` adds an
 | leasekeeper.scheduler.send_lag | gauge | s | ``stats().send_lag_p50/p99`` |
 | leasekeeper.extend.threshold | gauge | s | ``stats().extend_threshold`` |
 
-docs/observability.md has the attributes of each and why. Given a ``Worker``,
+docs/observability.md has the attributes of each and why. Given a ``Worker`` (or an ``AsyncWorker``),
 ``instrument(worker)`` also wraps each handler run in a ``process`` span (kind
 CONSUMER) and records ``messaging.process.duration``.
 
@@ -42,6 +42,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         "leasekeeper.otel needs the OpenTelemetry API: pip install 'leasekeeper[otel]'"
     ) from exc
 
+from leasekeeper.aio.worker import AsyncWorker
 from leasekeeper.backends.base import ForwardingBackend, Message
 from leasekeeper.lease import LeaseState
 from leasekeeper.manager import LeaseManager
@@ -382,7 +383,7 @@ class Instrumentation:
         self,
         manager: LeaseManager,
         instruments: _Instruments,
-        worker: Worker | None,
+        worker: Worker | AsyncWorker | None,
         tracer: trace.Tracer | None,
     ) -> None:
         self._manager = weakref.ref(manager)
@@ -449,25 +450,27 @@ class Instrumentation:
 
 
 def instrument(
-    target: LeaseManager | Worker,
+    target: LeaseManager | Worker | AsyncWorker,
     *,
     meter_provider: metrics.MeterProvider | None = None,
     tracer_provider: trace.TracerProvider | None = None,
 ) -> Instrumentation:
-    """Record OpenTelemetry metrics of ``target`` (a ``LeaseManager``, or a ``Worker``:
-    then its manager, plus a span around each handler run) until ``uninstrument()``.
+    """Record OpenTelemetry metrics of ``target`` (a ``LeaseManager``, or a ``Worker``
+    or ``leasekeeper.aio.AsyncWorker``: then its manager, plus a span around each
+    handler run) until ``uninstrument()``.
 
     ``meter_provider``/``tracer_provider``: the global ones when None (the API's
     no-op ones until an SDK is set up). Several managers may be instrumented with
     one provider; the in-flight gauge adds up managers of one queue.
     """
-    if isinstance(target, Worker):
+    if isinstance(target, (Worker, AsyncWorker)):
         manager, worker = target.manager, target
     elif isinstance(target, LeaseManager):
         manager, worker = target, None
     else:
         raise TypeError(
-            f"instrument() takes a LeaseManager or a Worker, got {type(target).__name__}"
+            "instrument() takes a LeaseManager, a Worker or an AsyncWorker, "
+            f"got {type(target).__name__}"
         )
     if meter_provider is None:
         meter_provider = metrics.get_meter_provider()

@@ -29,20 +29,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import random
 import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Literal
 
+from leasekeeper._intake import Intake, WorkerStats
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import SYSTEM_CLOCK
 from leasekeeper.config import LeaseConfig
-from leasekeeper.errors import LeaseLost, LeaseTooShort, ManagerClosed, ReceiveError
+from leasekeeper.errors import ManagerClosed, ReceiveError
 from leasekeeper.lease import Lease
 from leasekeeper.manager import LeaseManager
 
@@ -53,14 +52,7 @@ AroundHandler = Callable[[Message], AbstractContextManager[object]]
 
 _NO_SCOPE = contextlib.nullcontext()
 
-
-@dataclass
-class WorkerStats:
-    received: int = 0
-    completed: int = 0
-    failed: int = 0  # handler raised: message released
-    lost: int = 0  # lease lost while handling: nothing deleted
-    refused: int = 0  # received with too little invisibility left to lease
+__all__ = ["Handler", "Worker", "WorkerStats"]
 
 
 class Worker:
@@ -98,54 +90,30 @@ class Worker:
         gather: float = 0.05,
         **config_fields: Any,
     ) -> None:
-        if not callable(handler):
-            raise TypeError(f"handler must be callable, got {type(handler).__name__}")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        if not wait_seconds >= 0:
-            raise ValueError(f"wait_seconds must be >= 0, got {wait_seconds!r}")
-        if prefetch is not None and (
-            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
-        ):
-            raise ValueError(f"prefetch must be None (auto) or an integer >= 0, got {prefetch!r}")
-        if not 0 <= gather <= 1:
-            raise ValueError(f"gather must be between 0 and 1 second, got {gather!r}")
-        if isinstance(manager_or_backend, LeaseManager):
-            if config is not None or config_fields or renewer is not None:
-                raise TypeError(
-                    "pass config and renewer to the LeaseManager, not to a Worker built on one"
-                )
-            if manager_or_backend.backend is None:
-                raise ValueError("the LeaseManager has no backend to receive from")
-            self.manager = manager_or_backend
-            self.backend: Backend = manager_or_backend.backend
-            self._owns_manager = False
-        elif isinstance(manager_or_backend, Backend):
-            self.backend = manager_or_backend
-            self.manager = LeaseManager(
-                manager_or_backend, config, renewer=renewer or "thread", **config_fields
-            )
-            self._owns_manager = True
-        else:
-            raise TypeError(
-                "Worker needs a LeaseManager or a leasekeeper backend, got "
-                f"{type(manager_or_backend).__qualname__}"
-            )
-        self.handler = handler
-        self.concurrency = concurrency
-        # Within what one receive call of this service may ask for.
-        self.batch_size = min(batch_size, getattr(self.backend, "max_receive", batch_size))
-        self.wait_seconds = min(
-            float(wait_seconds), getattr(self.backend, "max_wait_seconds", float(wait_seconds))
+        self.intake = Intake(
+            "Worker",
+            manager_or_backend,
+            handler,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            wait_seconds=wait_seconds,
+            shutdown_timeout=shutdown_timeout,
+            config=config,
+            renewer=renewer,
+            prefetch=prefetch,
+            gather=gather,
+            config_fields=config_fields,
         )
-        self.shutdown_timeout = float(shutdown_timeout)
+        self.manager: LeaseManager = self.intake.manager
+        self.backend: Backend = self.intake.backend
+        self.handler = handler
+        self.concurrency = self.intake.concurrency
+        self.batch_size = self.intake.batch_size
+        self.wait_seconds = self.intake.wait_seconds
+        self.shutdown_timeout = self.intake.shutdown_timeout
         self.prefetch = prefetch
-        self.gather = float(gather)
-        self.stats = WorkerStats()
-        # Handler durations, smoothed: are handlers quick enough to prefetch for?
-        self._duration: float | None = None
+        self.gather = self.intake.gather
+        self.stats: WorkerStats = self.intake.stats
         # Guards _running, stats and the stop flags; the receive loop waits on it
         # for a free handler slot.
         self._slots = threading.Condition()
@@ -229,25 +197,14 @@ class Worker:
             raise self.error
         return self.stats
 
-    def _in_hand_limit(self) -> int:
-        """Messages the worker may hold: its threads, plus a batch while handlers are
-        quick - a hundredth of the visibility timeout - so that a prefetched message
-        waits for a thread far less than its lease lasts."""
-        if self.prefetch is not None:
-            return self.concurrency + self.prefetch
-        quick = self._duration is not None and (
-            self._duration < self.manager.config.visibility_timeout / 100
-        )
-        return self.concurrency + (self.batch_size if quick else 0)
-
     def _wait_for_room(self) -> int:
         """How many messages to receive next (0 when stopping): wait for a free slot,
         then briefly for more, so that one receive brings a fuller batch."""
         with self._slots:
-            limit = self._in_hand_limit()
+            limit = self.intake.limit()
             while self._running >= limit and not self._stop.is_set():
                 self._slots.wait()
-                limit = self._in_hand_limit()
+                limit = self.intake.limit()
             deadline = SYSTEM_CLOCK.now() + self.gather
             while (
                 limit - self._running < self.batch_size
@@ -263,44 +220,18 @@ class Worker:
     def _receive_loop(self, pool: ThreadPoolExecutor, until_idle: float | None) -> None:
         clock = SYSTEM_CLOCK
         idle_since = clock.now()
-        failures = 0
         while not self._stop.is_set():
             free = self._wait_for_room()
             if self._stop.is_set():
                 return
             try:
-                messages = self.backend.receive(
-                    max_messages=min(self.batch_size, free),
-                    wait_seconds=self.wait_seconds,
-                    visibility_timeout=self.manager.config.visibility_timeout,
-                )
-                failures = 0
-            except ReceiveError as exc:
-                if not exc.retryable:
-                    # Retrying cannot help (queue gone, credentials refused): stop,
-                    # letting running handlers finish, and say why.
-                    log.error("receive from %r failed for good, stopping: %s", self.backend, exc)
+                messages = self.intake.receive(free)
+            except Exception as exc:
+                pause = self.intake.receive_failed(exc)
+                if pause is None:  # a fatal ReceiveError: stop, as stop() would
+                    assert isinstance(exc, ReceiveError)
                     self.error = exc
                     return
-                failures += 1
-                pause = _backoff(failures)
-                log.warning("%s; retrying in %.1fs", exc, pause)
-                self._stop.wait(pause)
-                continue
-            except Exception as exc:
-                # Not a ReceiveError: a custom backend's own failure, or a bug. It may
-                # be transient, so keep trying, and say what it was. Its text is not
-                # logged at WARNING: leasekeeper cannot know what it quotes (the
-                # backends that ship with it raise only ReceiveError for failures).
-                failures += 1
-                pause = _backoff(failures)
-                log.warning(
-                    "receive raised %s, not a leasekeeper ReceiveError; retrying in %.1fs",
-                    type(exc).__name__,
-                    pause,
-                )
-                if failures == 1:
-                    log.debug("the receive failure", exc_info=exc)
                 self._stop.wait(pause)
                 continue
             # Lease the whole batch before the first handler starts: a handler that
@@ -320,16 +251,7 @@ class Worker:
 
     def _register_all(self, messages: list[Message]) -> list[tuple[Message, Lease]]:
         """Register ``messages`` (at receipt, not when a thread frees up)."""
-        leased: list[tuple[Message, Lease]] = []
-        refused = 0
-        for message in messages:
-            try:
-                leased.append((message, self.manager.register(message)))
-            except LeaseTooShort as exc:
-                log.warning("%s; leaving it to reappear", exc)
-                refused += 1
-            except ManagerClosed:
-                break
+        leased, refused = self.intake.register_all(messages)
         with self._slots:
             self.stats.received += len(messages)
             self.stats.refused += refused
@@ -381,10 +303,9 @@ class Worker:
             self._running -= 1
             self._active.discard(lease)
             if took is not None:
-                last = self._duration
-                self._duration = took if last is None else 0.8 * last + 0.2 * took
+                self.intake.took(took)
             if future is None:
-                self._count(outcome)
+                self.intake.count(outcome)
             else:
                 self._unsettled += 1
             self._slots.notify_all()
@@ -392,32 +313,11 @@ class Worker:
             future.add_done_callback(functools.partial(self._settled, lease, outcome))
 
     def _settled(self, lease: Lease, outcome: str, future: Future[None]) -> None:
-        error = future.exception()
-        if outcome == "completed" and error is not None:
-            if isinstance(error, LeaseLost):
-                outcome = "lost"
-                log.warning("%s", error)
-            else:
-                # The handler succeeded but the delete kept failing: stop renewing, so
-                # the message comes back and is done again, not hidden for ever.
-                outcome = "failed"
-                log.error("delete of message %r failed (%s); left to lapse", lease.id, error)
-                lease.owner.abandon(lease, "delete failed: left to lapse")
-        elif error is not None and not isinstance(error, LeaseLost):
-            log.warning("release of message %r failed: %s", lease.id, error)
+        outcome = self.intake.settle(lease, outcome, future.exception())
         with self._slots:
             self._unsettled -= 1
-            self._count(outcome)
+            self.intake.count(outcome)
             self._slots.notify_all()
-
-    def _count(self, outcome: str) -> None:
-        """Count a finished message (``_slots`` held)."""
-        if outcome == "completed":
-            self.stats.completed += 1
-        elif outcome == "lost":
-            self.stats.lost += 1
-        else:
-            self.stats.failed += 1
 
     def _shutdown(self, pool: ThreadPoolExecutor) -> None:
         deadline = SYSTEM_CLOCK.now() + self.shutdown_timeout
@@ -441,16 +341,10 @@ class Worker:
                 if left <= 0:
                     break
                 self._slots.wait(left)
-        if self._owns_manager:
+        if self.intake.owns_manager:
             self.manager.close(release=True)
         else:
             for lease in leftovers:
                 # Not the handler's own release: its lease.lost is set so it stops.
                 self.manager.revoke(lease)
         pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _backoff(failures: int) -> float:
-    """The pause after the ``failures``-th receive failure in a row: 0.2 s doubling
-    to 30 s, jittered so that workers that failed together do not retry together."""
-    return min(30.0, 0.1 * 2.0 ** min(failures, 9) * random.uniform(0.8, 1.2))

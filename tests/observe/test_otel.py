@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -18,6 +20,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import CollectorRegistry
 
 from leasekeeper import LeaseManager, Message, Outcome, Worker
+from leasekeeper.aio import AsyncWorker
 from leasekeeper.backends.azure import AzureQueueBackend
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.backends.mns import MNSBackend
@@ -344,6 +347,50 @@ def test_a_worker_gets_a_span_per_handler_run(
         "None",
         "ValueError",
     ]
+    handle.uninstrument()
+    assert worker.around_handler is None
+
+
+@pytest.mark.realtime
+def test_an_async_worker_gets_a_span_per_handler_run(
+    provider: MeterProvider, reader: InMemoryMetricReader
+) -> None:
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    queue = MemoryQueue(1.0, name="work")
+    for body in ("fine", "boom"):
+        queue.send(body)
+    seen_span: list[bool] = []
+
+    async def handler(message: Message) -> None:
+        # The span is current in the handler's own task.
+        seen_span.append(trace.get_current_span().is_recording())
+        await asyncio.sleep(0)
+        if message.body == "boom":
+            raise ValueError("handler failed")
+
+    worker = AsyncWorker(
+        queue,
+        handler,
+        concurrency=2,
+        wait_seconds=0.05,
+        visibility_timeout=1.0,
+        timer_interval=0.1,
+        minimal_life=0.3,
+        release_delay=60,
+    )
+    handle = instrument(worker, meter_provider=provider, tracer_provider=tracer_provider)
+    stats = asyncio.run(worker.run(until_idle=0.3))
+    assert (stats.completed, stats.failed) == (1, 1)
+    assert seen_span == [True, True]
+    spans = exporter.get_finished_spans()
+    assert [(s.name, s.kind) for s in spans] == [("process work", SpanKind.CONSUMER)] * 2
+    statuses = sorted(
+        (s.status.status_code.name, str((s.attributes or {}).get("error.type"))) for s in spans
+    )
+    assert statuses == [("ERROR", "ValueError"), ("UNSET", "None")]
+    assert len(collect(reader)["messaging.process.duration"]) == 2
     handle.uninstrument()
     assert worker.around_handler is None
 

@@ -1,0 +1,213 @@
+"""Intake: what a worker's receive loop decides, whichever loop runs it.
+
+``Worker`` (threads) and ``leasekeeper.aio.AsyncWorker`` (an event loop) wait,
+receive and hand out messages differently, but decide the same things the same
+way, here: their settings and manager, how many messages they may hold (their
+handlers, plus a prefetched batch while handlers are quick), the receive call,
+what a failed receive means (retry after a jittered, growing pause, or stop),
+leasing a received batch, and how a queued delete or release that was answered
+counts. An ``Intake`` holds no lock and starts nothing: its worker serialises the
+calls that change it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from leasekeeper.backends.base import Backend, Message
+from leasekeeper.config import LeaseConfig
+from leasekeeper.errors import LeaseLost, LeaseTooShort, ManagerClosed, ReceiveError
+from leasekeeper.lease import Lease
+from leasekeeper.manager import LeaseManager
+
+log = logging.getLogger("leasekeeper.worker")
+
+
+@dataclass
+class WorkerStats:
+    received: int = 0
+    completed: int = 0
+    failed: int = 0  # handler raised: message released
+    lost: int = 0  # lease lost while handling: nothing deleted
+    refused: int = 0  # received with too little invisibility left to lease
+
+
+class Intake:
+    """A worker's settings, manager and receive policy (see the module docstring).
+
+    ``kind`` names the worker in error messages ("Worker", "AsyncWorker").
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        manager_or_backend: LeaseManager | Backend,
+        handler: Callable[..., object],
+        *,
+        concurrency: int,
+        batch_size: int,
+        wait_seconds: float,
+        shutdown_timeout: float,
+        config: LeaseConfig | None,
+        renewer: Literal["thread", "process"] | None,
+        prefetch: int | None,
+        gather: float,
+        config_fields: dict[str, Any],
+    ) -> None:
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {type(handler).__name__}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if not wait_seconds >= 0:
+            raise ValueError(f"wait_seconds must be >= 0, got {wait_seconds!r}")
+        if prefetch is not None and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+        ):
+            raise ValueError(f"prefetch must be None (auto) or an integer >= 0, got {prefetch!r}")
+        if not 0 <= gather <= 1:
+            raise ValueError(f"gather must be between 0 and 1 second, got {gather!r}")
+        if isinstance(manager_or_backend, LeaseManager):
+            if config is not None or config_fields or renewer is not None:
+                raise TypeError(
+                    f"pass config and renewer to the LeaseManager, not to a {kind} built on one"
+                )
+            if manager_or_backend.backend is None:
+                raise ValueError("the LeaseManager has no backend to receive from")
+            self.manager = manager_or_backend
+            self.backend: Backend = manager_or_backend.backend
+            self.owns_manager = False
+        elif isinstance(manager_or_backend, Backend):
+            self.backend = manager_or_backend
+            self.manager = LeaseManager(
+                manager_or_backend, config, renewer=renewer or "thread", **config_fields
+            )
+            self.owns_manager = True
+        else:
+            raise TypeError(
+                f"{kind} needs a LeaseManager or a leasekeeper backend, got "
+                f"{type(manager_or_backend).__qualname__}"
+            )
+        self.concurrency = concurrency
+        # Within what one receive call of this service may ask for.
+        self.batch_size = min(batch_size, getattr(self.backend, "max_receive", batch_size))
+        self.wait_seconds = min(
+            float(wait_seconds), getattr(self.backend, "max_wait_seconds", float(wait_seconds))
+        )
+        self.shutdown_timeout = float(shutdown_timeout)
+        self.prefetch = prefetch
+        self.gather = float(gather)
+        self.stats = WorkerStats()
+        # Handler durations, smoothed: are handlers quick enough to prefetch for?
+        self.duration: float | None = None
+        self.failures = 0  # receive failures in a row
+
+    # ------------------------------------------------------------------ how many
+
+    def limit(self) -> int:
+        """Messages the worker may hold: its handlers, plus a batch while handlers
+        are quick - a hundredth of the visibility timeout - so that a prefetched
+        message waits for a handler far less than its lease lasts."""
+        if self.prefetch is not None:
+            return self.concurrency + self.prefetch
+        quick = self.duration is not None and (
+            self.duration < self.manager.config.visibility_timeout / 100
+        )
+        return self.concurrency + (self.batch_size if quick else 0)
+
+    def took(self, seconds: float) -> None:
+        """A handler ran for ``seconds``."""
+        last = self.duration
+        self.duration = seconds if last is None else 0.8 * last + 0.2 * seconds
+
+    # ------------------------------------------------------------------ receiving
+
+    def receive(self, free: int) -> list[Message]:
+        """One receive call of up to ``free`` messages (blocks for its long poll)."""
+        messages = self.backend.receive(
+            max_messages=min(self.batch_size, free),
+            wait_seconds=self.wait_seconds,
+            visibility_timeout=self.manager.config.visibility_timeout,
+        )
+        self.failures = 0
+        return messages
+
+    def receive_failed(self, exc: Exception) -> float | None:
+        """The pause before trying again after ``exc``, or None: stop (a fatal
+        ``ReceiveError``: the queue was deleted, the credentials were refused)."""
+        if isinstance(exc, ReceiveError):
+            if not exc.retryable:
+                # Retrying cannot help: stop, letting running handlers finish, and say why.
+                log.error("receive from %r failed for good, stopping: %s", self.backend, exc)
+                return None
+            self.failures += 1
+            pause = backoff(self.failures)
+            log.warning("%s; retrying in %.1fs", exc, pause)
+            return pause
+        # Not a ReceiveError: a custom backend's own failure, or a bug. It may be
+        # transient, so keep trying, and say what it was. Its text is not logged at
+        # WARNING: leasekeeper cannot know what it quotes (the backends that ship
+        # with it raise only ReceiveError for failures).
+        self.failures += 1
+        pause = backoff(self.failures)
+        log.warning(
+            "receive raised %s, not a leasekeeper ReceiveError; retrying in %.1fs",
+            type(exc).__name__,
+            pause,
+        )
+        if self.failures == 1:
+            log.debug("the receive failure", exc_info=exc)
+        return pause
+
+    def register_all(self, messages: list[Message]) -> tuple[list[tuple[Message, Lease]], int]:
+        """Lease ``messages`` (at receipt, not when a handler frees up); returns the
+        leased ones and how many were refused (too little invisibility left)."""
+        leased: list[tuple[Message, Lease]] = []
+        refused = 0
+        for message in messages:
+            try:
+                leased.append((message, self.manager.register(message)))
+            except LeaseTooShort as exc:
+                log.warning("%s; leaving it to reappear", exc)
+                refused += 1
+            except ManagerClosed:
+                break
+        return leased, refused
+
+    # ------------------------------------------------------------------ settling
+
+    def settle(self, lease: Lease, outcome: str, error: BaseException | None) -> str:
+        """What a finished message counts as, once its queued delete (``outcome``
+        "completed") or release was answered with ``error`` (None: done)."""
+        if outcome == "completed" and error is not None:
+            if isinstance(error, LeaseLost):
+                log.warning("%s", error)
+                return "lost"
+            # The handler succeeded but the delete kept failing: stop renewing, so
+            # the message comes back and is done again, not hidden for ever.
+            log.error("delete of message %r failed (%s); left to lapse", lease.id, error)
+            lease.owner.abandon(lease, "delete failed: left to lapse")
+            return "failed"
+        if error is not None and not isinstance(error, LeaseLost):
+            log.warning("release of message %r failed: %s", lease.id, error)
+        return outcome
+
+    def count(self, outcome: str) -> None:
+        """Count a finished message."""
+        if outcome == "completed":
+            self.stats.completed += 1
+        elif outcome == "lost":
+            self.stats.lost += 1
+        else:
+            self.stats.failed += 1
+
+
+def backoff(failures: int) -> float:
+    """The pause after the ``failures``-th receive failure in a row: 0.2 s doubling
+    to 30 s, jittered so that workers that failed together do not retry together."""
+    return min(30.0, 0.1 * 2.0 ** min(failures, 9) * random.uniform(0.8, 1.2))

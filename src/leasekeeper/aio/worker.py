@@ -1,0 +1,414 @@
+"""AsyncWorker: ``Worker`` for ``async def`` handlers, on an event loop.
+
+What runs where:
+
+- **The event loop** runs the receive loop and one task per running handler,
+  nothing else. It never waits on a service call.
+- **One thread** (``leasekeeper-aio``) makes the receive calls, one at a time (a
+  long poll would block the loop), and at shutdown the manager's blocking calls.
+- **The manager's threads** renew the leases (its scheduler, or its renewer
+  process with ``renewer="process"``), so a handler that blocks the loop - a
+  ``time.sleep``, a CPU-bound step - does not stop renewals; and delete or release
+  the messages of finished handlers through its coalescer, in shared batch calls.
+  A handler's slot is free as soon as its delete is queued; the worker counts the
+  message when the delete is answered (``call_soon_threadsafe`` back to the loop).
+- **Lost leases** reach the loop through the manager's ``LostRelay``:
+  ``current_lease().lost`` in a handler, and with ``cancel_on_lost=True`` the
+  cancellation of the handler's task.
+
+The receive policy is ``Worker``'s (``leasekeeper._intake``): as many messages as
+free handler slots, a prefetched batch more while handlers are quick, a brief
+gather before a receive, and the same treatment of failed receives.
+
+Shutdown (``stop()``, SIGTERM/SIGINT while ``run()`` runs on the main thread's
+loop, or a fatal ``ReceiveError``): stop receiving, let running handlers finish
+while their leases are renewed, for up to ``shutdown_timeout``, send the queued
+deletes, then release what is left and cancel the handlers that still run (their
+messages are back on the queue: their work is moot, as when ``asyncio.run``
+cancels what is left). A second signal skips the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import signal
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
+from typing import Any, Literal
+
+from leasekeeper._intake import Intake, WorkerStats
+from leasekeeper.aio.futures import call_soon_threadsafe
+from leasekeeper.aio.held import AsyncLease
+from leasekeeper.aio.lost import LostRelay, relay_for
+from leasekeeper.backends.base import Backend, Message
+from leasekeeper.clock import SYSTEM_CLOCK
+from leasekeeper.config import LeaseConfig
+from leasekeeper.errors import ManagerClosed, ReceiveError
+from leasekeeper.lease import Lease
+from leasekeeper.manager import LeaseManager
+from leasekeeper.worker import AroundHandler
+
+__all__ = ["AsyncHandler", "AsyncWorker"]
+
+log = logging.getLogger("leasekeeper.worker")
+
+AsyncHandler = Callable[[Message], Awaitable[object]]
+
+#: Seconds the handlers cancelled at shutdown get to unwind before run() returns.
+CANCEL_GRACE = 1.0
+
+
+class AsyncWorker:
+    """Receive from a backend, ``await handler(message)`` under a lease, repeat.
+
+    ``AsyncWorker(manager_or_backend, handler, *, concurrency=16, batch_size=10,
+    wait_seconds=1.0, shutdown_timeout=30.0, config=None, renewer=None,
+    prefetch=None, gather=0.05, cancel_on_lost=False, **config_fields)``: the
+    arguments of ``Worker``, with ``concurrency`` the number of handler coroutines
+    at once. ``cancel_on_lost``: cancel a handler whose lease is lost (off by
+    default: see ``leasekeeper.aio.held``). ``await worker.run()``.
+    """
+
+    def __init__(
+        self,
+        manager_or_backend: LeaseManager | Backend,
+        handler: AsyncHandler,
+        *,
+        concurrency: int = 16,
+        batch_size: int = 10,
+        wait_seconds: float = 1.0,
+        shutdown_timeout: float = 30.0,
+        config: LeaseConfig | None = None,
+        renewer: Literal["thread", "process"] | None = None,
+        prefetch: int | None = None,
+        gather: float = 0.05,
+        cancel_on_lost: bool = False,
+        **config_fields: Any,
+    ) -> None:
+        if (inspect.isfunction(handler) or inspect.ismethod(handler)) and not (
+            inspect.iscoroutinefunction(handler)
+        ):
+            raise TypeError(
+                f"AsyncWorker runs async def handlers; {handler!r} is a plain function "
+                "(run it on a leasekeeper.Worker)"
+            )
+        self.intake = Intake(
+            "AsyncWorker",
+            manager_or_backend,
+            handler,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            wait_seconds=wait_seconds,
+            shutdown_timeout=shutdown_timeout,
+            config=config,
+            renewer=renewer,
+            prefetch=prefetch,
+            gather=gather,
+            config_fields=config_fields,
+        )
+        self.manager: LeaseManager = self.intake.manager
+        self.backend: Backend = self.intake.backend
+        self.handler = handler
+        self.concurrency = self.intake.concurrency
+        self.cancel_on_lost = bool(cancel_on_lost)
+        self.stats: WorkerStats = self.intake.stats
+        #: The fatal ReceiveError that stopped the worker, if one did.
+        self.error: ReceiveError | None = None
+        # All below is touched on the loop only (stop() hands over to it).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+        self._hurry = False  # second signal: skip the graceful wait
+        self._changed: asyncio.Event | None = None  # a slot freed, a delete answered, stop
+        self._stopped: asyncio.Event | None = None
+        self._running = 0  # handler tasks
+        self._unsettled = 0  # deletes/releases queued and not yet answered
+        self._active: set[Lease] = set()  # leases of the running handlers
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._relay: LostRelay | None = None
+        #: As ``Worker.around_handler``: when set, ``around_handler(message)`` returns
+        #: a (synchronous) context manager entered around each ``await
+        #: handler(message)``, in the handler's task (``leasekeeper.otel`` puts a span
+        #: there). It must not raise.
+        self.around_handler: AroundHandler | None = None
+
+    # ------------------------------------------------------------------ control
+
+    def stop(self) -> None:
+        """Ask the worker to stop (from any thread): ``run()`` then stops receiving,
+        lets running handlers finish and returns."""
+        loop = self._loop
+        if loop is None:
+            self._stopping = True  # not running (yet): run() returns at once
+            return
+        call_soon_threadsafe(loop, self._request_stop)
+
+    def _request_stop(self) -> None:
+        self._stopping = True
+        if self._stopped is not None:
+            self._stopped.set()
+        self._wake()
+
+    def _on_signal(self, signum: int) -> None:
+        if self._stopping:
+            log.warning("second signal %d: releasing running messages now", signum)
+            self._hurry = True
+        else:
+            log.info("signal %d: stopping after running handlers finish", signum)
+        self._request_stop()
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    async def _next_change(self, timeout: float | None = None) -> None:
+        """Wait until something changes (a slot frees, a delete is answered, stop),
+        or ``timeout`` passes."""
+        changed = self._changed
+        assert changed is not None and self._loop is not None
+        changed.clear()
+        timer = None if timeout is None else self._loop.call_later(timeout, changed.set)
+        try:
+            await changed.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    # ------------------------------------------------------------------ running
+
+    async def run(self, until_idle: float | None = None) -> WorkerStats:
+        """Receive and handle until stopped (or, with ``until_idle``, until nothing
+        was received and nothing ran for that many seconds). Returns the stats.
+
+        Raises the fatal ``ReceiveError`` that stopped it, after the same graceful
+        shutdown as ``stop()`` (also kept in ``self.error``).
+        """
+        if self._loop is not None:
+            raise RuntimeError("AsyncWorker.run() is running already")
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._changed = asyncio.Event()
+        self._stopped = asyncio.Event()
+        if self._stopping:
+            self._stopped.set()
+        self.error = None
+        # Before the first register: the relay must hear of every lease's end.
+        self._relay = relay_for(self.manager)
+        executor = ThreadPoolExecutor(1, thread_name_prefix="leasekeeper-aio")
+        previous = self._catch_signals(loop)
+        try:
+            await self._receive_loop(executor, until_idle)
+        except asyncio.CancelledError:
+            self._stopping = self._hurry = True  # run() itself cancelled: stop now
+            raise
+        finally:
+            try:
+                await self._shutdown(executor)
+            finally:
+                for sig, handler in previous.items():
+                    loop.remove_signal_handler(sig)
+                    if handler is not None:
+                        signal.signal(sig, handler)
+                executor.shutdown(wait=False)
+                self._loop = None
+        if self.error is not None:
+            raise self.error
+        return self.stats
+
+    def _catch_signals(self, loop: asyncio.AbstractEventLoop) -> dict[signal.Signals, Any]:
+        """SIGTERM/SIGINT stop the worker (on the main thread's loop, where asyncio can
+        catch signals); returns the handlers they replace."""
+        previous: dict[signal.Signals, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return previous
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            before = signal.getsignal(sig)
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # not on this loop
+                continue
+            previous[sig] = before
+        return previous
+
+    async def _wait_for_room(self) -> int:
+        """How many messages to receive next (0 when stopping): wait for a free slot,
+        then briefly for more, so that one receive brings a fuller batch."""
+        intake = self.intake
+        limit = intake.limit()
+        while self._running >= limit and not self._stopping:
+            await self._next_change()
+            limit = intake.limit()
+        deadline = SYSTEM_CLOCK.now() + intake.gather
+        while limit - self._running < intake.batch_size and self._running and not self._stopping:
+            left = deadline - SYSTEM_CLOCK.now()
+            if left <= 0:
+                break
+            await self._next_change(left)
+        return 0 if self._stopping else min(intake.batch_size, limit - self._running)
+
+    async def _receive_loop(self, executor: ThreadPoolExecutor, until_idle: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        intake = self.intake
+        clock = SYSTEM_CLOCK
+        idle_since = clock.now()
+        while not self._stopping:
+            free = await self._wait_for_room()
+            if self._stopping:
+                return
+            try:
+                messages = await loop.run_in_executor(executor, intake.receive, free)
+            except Exception as exc:
+                pause = intake.receive_failed(exc)
+                if pause is None:  # a fatal ReceiveError: stop, as stop() would
+                    assert isinstance(exc, ReceiveError)
+                    self.error = exc
+                    return
+                await self._pause(pause)
+                continue
+            # Lease the whole batch before the first handler starts (see Worker).
+            leased, refused = intake.register_all(messages)
+            self.stats.received += len(messages)
+            self.stats.refused += refused
+            for message, lease in leased:
+                self._start(message, lease)
+            if messages:
+                idle_since = clock.now()
+                continue
+            if self._running + self._unsettled:
+                idle_since = clock.now()
+            elif until_idle is not None and clock.now() - idle_since >= until_idle:
+                return
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or until stopped."""
+        stopped = self._stopped
+        assert stopped is not None and self._loop is not None
+        timer = self._loop.call_later(seconds, stopped.set)
+        try:
+            await stopped.wait()
+        finally:
+            timer.cancel()
+            if not self._stopping:
+                stopped.clear()
+
+    def _start(self, message: Message, lease: Lease) -> None:
+        assert self._loop is not None
+        self._running += 1
+        self._active.add(lease)
+        task = self._loop.create_task(self._handle(message, lease))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, message: Message, lease: Lease) -> None:
+        outcome, future, took = "lost", None, None
+        try:
+            if lease.is_lost:  # lost (or released at close) before it started
+                return
+            assert self._relay is not None and self._loop is not None
+            held = AsyncLease(lease, self.manager, self._relay, self._loop)
+            held.begin(cancel_on_lost=self.cancel_on_lost)
+            started = SYSTEM_CLOCK.now()
+            around = self.around_handler
+            try:
+                with around(message) if around is not None else nullcontext():
+                    await self.handler(message)
+            except asyncio.CancelledError:
+                if not held.end():
+                    raise  # not a loss: shutdown cancelled it (its message was released)
+                log.warning("lease on message %r lost while it was handled: cancelled", lease.id)
+                return
+            except Exception:
+                held.end()
+                log.exception("handler failed for message %r; released", message.id)
+                outcome = "failed"
+                future = self._queue_end(lease, release=True)
+            else:
+                held.end()
+                if lease.is_lost:
+                    log.warning("lease on message %r lost while it was handled", message.id)
+                else:
+                    outcome = "completed"
+                    future = self._queue_end(lease, release=False)
+            took = SYSTEM_CLOCK.now() - started
+        finally:
+            self._finished(lease, outcome, future, took)
+
+    def _queue_end(self, lease: Lease, *, release: bool) -> Future[None] | None:
+        try:
+            if release:
+                return self.manager.release_soon(lease)
+            return self.manager.complete_soon(lease)
+        except ManagerClosed:
+            return None  # closed in a hurry: close() released it
+
+    def _finished(
+        self, lease: Lease, outcome: str, future: Future[None] | None, took: float | None
+    ) -> None:
+        """The handler is done: free its slot now; count it when its delete (or
+        release) is answered."""
+        self._running -= 1
+        self._active.discard(lease)
+        if took is not None:
+            self.intake.took(took)
+        if future is None:
+            self.intake.count(outcome)
+        else:
+            self._unsettled += 1
+            assert self._loop is not None
+            future.add_done_callback(functools.partial(self._answered, self._loop, lease, outcome))
+        self._wake()
+
+    def _answered(
+        self, loop: asyncio.AbstractEventLoop, lease: Lease, outcome: str, future: Future[None]
+    ) -> None:
+        """A queued delete or release was answered (on the coalescer's thread)."""
+        if not call_soon_threadsafe(loop, self._settled, lease, outcome, future):
+            # The loop is closed (run() gave up waiting for this answer): count it here.
+            self.intake.count(self.intake.settle(lease, outcome, future.exception()))
+
+    def _settled(self, lease: Lease, outcome: str, future: Future[None]) -> None:
+        self.intake.count(self.intake.settle(lease, outcome, future.exception()))
+        self._unsettled -= 1
+        self._wake()
+
+    async def _shutdown(self, executor: ThreadPoolExecutor) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = SYSTEM_CLOCK.now() + self.intake.shutdown_timeout
+
+        def left() -> float:
+            return max(0.0, deadline - SYSTEM_CLOCK.now())
+
+        while self._running and not self._hurry and left() > 0:
+            await self._next_change(left())
+        leftovers = list(self._active)
+        if self._running:
+            log.warning(
+                "shutdown: %d handler(s) still running; releasing their messages", self._running
+            )
+        # Deletes out first: a message whose handler succeeded is not released.
+        await loop.run_in_executor(executor, self.manager.flush, left())
+        while self._unsettled and left() > 0:
+            await self._next_change(left())
+        if self.intake.owns_manager:
+            await loop.run_in_executor(executor, functools.partial(self.manager.close, True))
+        elif leftovers:
+            await loop.run_in_executor(executor, self._revoke, leftovers)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()  # their messages were released: their work is moot
+        if tasks:
+            # Cancellation unwinds at the next await: give them a moment to, so the
+            # stats are final when run() returns (a handler may refuse to stop).
+            await asyncio.wait(tasks, timeout=CANCEL_GRACE)
+
+    def _revoke(self, leases: list[Lease]) -> None:
+        for lease in leases:
+            # Not the handler's own release: its lease.lost is set so it stops.
+            try:
+                self.manager.revoke(lease)
+            except Exception as exc:
+                log.warning("shutdown: release of message %r failed: %s", lease.id, exc)

@@ -1,0 +1,556 @@
+"""``leasekeeper worker MODULE:HANDLER``: run a handler on a queue from the shell.
+
+The command's parts: its parser (a man page of a ``--help``: every LeaseConfig
+field is a flag, with the field's own description), loading the handler, building
+the backend from a spec (``SQSSpec``, ``MNSSpec``, ``AzureQueueSpec``: credentials
+from the environment), running it on a ``Worker`` or, for an ``async def``
+handler, an ``AsyncWorker``, and a periodic status line. ``leasekeeper.cli``
+dispatches ``worker`` here. Errors in what the user gave - a flag, the handler
+path, a missing SDK, a queue that cannot be built - are one line on stderr and
+exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import importlib
+import inspect
+import logging
+import math
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any, NoReturn
+
+from leasekeeper.backends.base import Backend
+from leasekeeper.config import LeaseConfig
+from leasekeeper.errors import LeaseError, ReceiveError
+
+__all__ = ["UsageError", "build_backend", "load_handler", "main", "metrics_server", "parser"]
+
+PROG = "leasekeeper worker"
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+DESCRIPTION = """\
+Run HANDLER on every message of a queue, each under a lease that leasekeeper
+renews while the handler runs, so the queue can keep a short visibility timeout
+(a crashed worker's messages come back quickly) and still run long jobs (no
+second worker receives a message that is being handled).
+
+HANDLER is called with one leasekeeper Message (.id, .body, .receive_count). A
+normal return deletes the message; an exception releases it (visible again
+after --release-delay); a lease lost meanwhile deletes nothing. A plain function
+runs on a Worker, --concurrency threads; an "async def" function on an
+AsyncWorker, --concurrency coroutines on one event loop whose renewals and
+service calls run off the loop.
+
+The worker runs until SIGTERM or SIGINT (Ctrl-C): it stops receiving, lets the
+running handlers finish (their leases still renewed) for up to
+--shutdown-timeout seconds, sends the deletes it owes, releases whatever is
+left so other workers get it at once, and exits 0. A second signal skips the
+wait. Every --status-every seconds it writes one status line to stderr."""
+
+EPILOG = """\
+environment:
+  SQS (--sqs)      boto3's credential chain and settings: AWS_ACCESS_KEY_ID,
+                   AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE,
+                   AWS_REGION or AWS_DEFAULT_REGION (read from the queue URL when
+                   it is an amazonaws.com one), AWS_ENDPOINT_URL_SQS (a local or
+                   private endpoint).
+  MNS (--mns)      MNS_ACCESS_KEY_ID, MNS_ACCESS_KEY_SECRET, and MNS_SECURITY_TOKEN
+                   for temporary credentials.
+  Azure (--azure)  AZURE_STORAGE_CONNECTION_STRING; or AZURE_STORAGE_ACCOUNT_URL
+                   with AZURE_STORAGE_SAS_TOKEN or AZURE_STORAGE_ACCOUNT_KEY, or
+                   with azure-identity's DefaultAzureCredential when neither is set.
+  With --renewer process the renewer process reads the same variables.
+  Credentials are never logged or shown.
+
+exit status:
+  0  stopped by SIGTERM/SIGINT (or --until-idle) after a graceful shutdown
+  1  stopped because the queue refused for good (it does not exist, the
+     credentials were refused): running handlers were let finish first
+  2  a usage error, before anything was received: a bad flag or value, a
+     handler that cannot be imported, a missing SDK, a queue that cannot be
+     configured
+
+example:
+  # jobs.py:  def handle(message): process(message.body)
+  AWS_REGION=eu-west-1 leasekeeper worker jobs:handle \\
+      --sqs https://sqs.eu-west-1.amazonaws.com/123456789012/jobs \\
+      --concurrency 8 --visibility-timeout 60 --renewer process
+
+  leasekeeper config --visibility-timeout 60 ...  checks a LeaseConfig alone."""
+
+
+class UsageError(Exception):
+    """What the user gave cannot work: one line on stderr, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (and exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=28, width=88)
+
+
+# ------------------------------------------------------------------ the parser
+
+
+def _number(kind: type[int] | type[float], low: float, *, inclusive: bool = True) -> Any:
+    """An argparse type: a number of ``kind`` at least (or above) ``low``."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            noun = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"not {noun}: {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+        if value < low or (value == low and not inclusive):
+            raise argparse.ArgumentTypeError(f"must be {'>=' if inclusive else '>'} {low:g}")
+        return value
+
+    return parse
+
+
+def config_field_help() -> dict[str, str]:
+    """Each LeaseConfig field's description, from its docstring (one source of truth)."""
+    doc = inspect.cleandoc(LeaseConfig.__doc__ or "")
+    names = {f.name for f in dataclasses.fields(LeaseConfig)}
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in doc.splitlines():
+        if line.strip() in names and not line.startswith(" "):
+            current = out.setdefault(line.strip(), [])
+        elif current is not None and line.startswith(" "):
+            current.append(line.strip())
+        elif not line.strip():
+            continue
+        else:
+            current = None
+    return {
+        name: " ".join(words)
+        .replace("``None`` derives", "Unset, it is")
+        .replace("``None``", "Unset")
+        .replace("``", "")
+        for name, words in out.items()
+    }
+
+
+# The LeaseConfig fields that are not seconds or counts.
+_METAVARS = {"release_backoff": "FACTOR"}
+
+
+def parser() -> argparse.ArgumentParser:
+    """The parser of ``leasekeeper worker``."""
+    p = _Parser(
+        prog=PROG,
+        usage=(
+            f"{PROG} MODULE:HANDLER (--sqs QUEUE_URL | --mns ENDPOINT QUEUE | "
+            "--azure QUEUE) [options]"
+        ),
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=_Formatter,
+    )
+    p.add_argument(
+        "handler",
+        metavar="MODULE:HANDLER",
+        help="the handler: a module importable from the current directory or PYTHONPATH, "
+        "a colon, and the name of a callable in it (jobs:handle, or jobs:Jobs.handle)",
+    )
+    queue = p.add_argument_group("queue (exactly one)").add_mutually_exclusive_group(required=True)
+    queue.add_argument("--sqs", metavar="QUEUE_URL", help="an Amazon SQS queue, by its URL")
+    queue.add_argument(
+        "--mns",
+        nargs=2,
+        metavar=("ENDPOINT", "QUEUE"),
+        help="an Aliyun MNS queue: the account endpoint (http://ID.mns.REGION.aliyuncs.com) "
+        "and the queue name",
+    )
+    queue.add_argument("--azure", metavar="QUEUE", help="an Azure Storage queue, by its name")
+
+    run = p.add_argument_group("worker")
+    run.add_argument(
+        "--concurrency",
+        type=_number(int, 1),
+        metavar="N",
+        help="messages handled at once (default: 4 threads for a plain function, "
+        "16 coroutines for an async one)",
+    )
+    run.add_argument(
+        "--batch-size",
+        type=_number(int, 1),
+        default=10,
+        metavar="N",
+        help="at most this many messages a receive call (default: 10, the most SQS allows)",
+    )
+    run.add_argument(
+        "--wait-seconds",
+        type=_number(float, 0),
+        default=1.0,
+        metavar="S",
+        help="a receive's long-poll wait (default: 1); longer waits make fewer calls on an "
+        "idle queue but can hold up a shutdown by as much",
+    )
+    run.add_argument(
+        "--shutdown-timeout",
+        type=_number(float, 0),
+        default=30.0,
+        metavar="S",
+        help="how long a shutdown waits for running handlers before it releases their "
+        "messages (default: 30)",
+    )
+    run.add_argument(
+        "--until-idle",
+        type=_number(float, 0, inclusive=False),
+        metavar="S",
+        help="exit 0 once nothing was received and nothing ran for S seconds "
+        "(default: run until a signal)",
+    )
+    run.add_argument(
+        "--renewer",
+        choices=("thread", "process"),
+        default="thread",
+        help="where renewals run: a thread of this process (default), or a process of "
+        "their own, which keeps renewing while a handler holds the GIL and releases this "
+        "worker's messages at once if it is killed",
+    )
+
+    lease = p.add_argument_group(
+        "lease settings (the LeaseConfig fields; seconds unless said otherwise)"
+    )
+    descriptions = config_field_help()
+    for field in dataclasses.fields(LeaseConfig):
+        kind: type[int] | type[float] = int if field.type in ("int", int) else float
+        default = field.default
+        if default is None:
+            shown = "derived" if field.name == "extend_threshold" else "unset"
+        else:
+            shown = f"{default:g}"
+        lease.add_argument(
+            "--" + field.name.replace("_", "-"),
+            dest=field.name,
+            type=_number(kind, 0),
+            metavar=_METAVARS.get(field.name, "N" if kind is int else "S"),
+            help=f"{descriptions.get(field.name, '')} (default: {shown})",
+        )
+
+    out = p.add_argument_group("output")
+    out.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="leasekeeper's and the handler's log on stderr (default: info)",
+    )
+    out.add_argument(
+        "--status-every",
+        type=_number(float, 0),
+        default=30.0,
+        metavar="S",
+        help="write a status line to stderr every S seconds: messages in flight, done, "
+        "failed, lost, and the scheduler's lag (default: 30; 0: never)",
+    )
+    out.add_argument(
+        "--metrics-port",
+        type=_number(int, 1),
+        metavar="PORT",
+        help="serve Prometheus metrics on this port (needs leasekeeper[prometheus])",
+    )
+    return p
+
+
+# ------------------------------------------------------------------ the parts
+
+
+def load_handler(path: str) -> Callable[..., object]:
+    """The callable named by ``MODULE:HANDLER`` (the current directory importable)."""
+    module_name, colon, attribute = path.partition(":")
+    if not colon or not module_name or not attribute:
+        raise UsageError(f"the handler must be MODULE:HANDLER (e.g. jobs:handle), got {path!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
+            raise UsageError(f"no module named {exc.name!r} (for handler {path!r})") from exc
+        raise UsageError(f"importing {module_name!r} failed: {_one_line(exc)}") from exc
+    except Exception as exc:
+        raise UsageError(f"importing {module_name!r} failed: {_one_line(exc)}") from exc
+    handler: Any = module
+    for part in attribute.split("."):
+        try:
+            handler = getattr(handler, part)
+        except AttributeError:
+            raise UsageError(
+                f"module {module_name!r} has no {attribute!r} (for handler {path!r})"
+            ) from None
+    if not callable(handler):
+        raise UsageError(f"{path!r} is a {type(handler).__name__}, not a callable")
+    return handler  # type: ignore[no-any-return]
+
+
+_AWS_HOST = re.compile(r"^(?:https?://)?sqs[.-]([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?(?:/|$)")
+
+
+def build_backend(args: argparse.Namespace) -> Backend:
+    """The backend the queue flags name, from its spec (credentials from the
+    environment)."""
+    try:
+        if args.sqs is not None:
+            from leasekeeper.backends.sqs import SQSSpec
+
+            match = _AWS_HOST.match(args.sqs)
+            spec: Any = SQSSpec(args.sqs, region=match.group(1) if match else None)
+        elif args.mns is not None:
+            from leasekeeper.backends.mns import MNSSpec
+
+            _require_env("--mns", ["MNS_ACCESS_KEY_ID", "MNS_ACCESS_KEY_SECRET"])
+
+            spec = MNSSpec(endpoint=args.mns[0], queue_name=args.mns[1])
+        else:
+            from leasekeeper.backends.azure import AzureQueueSpec
+
+            if not os.environ.get("AZURE_STORAGE_ACCOUNT_URL"):
+                _require_env("--azure", ["AZURE_STORAGE_CONNECTION_STRING"], or_else=AZURE_ELSE)
+            spec = AzureQueueSpec(
+                args.azure, account_url=os.environ.get("AZURE_STORAGE_ACCOUNT_URL") or None
+            )
+        backend: Backend = spec.build()
+    except (ImportError, UsageError) as exc:  # ImportError: names the extra to install
+        raise UsageError(_one_line(exc)) from exc
+    except Exception as exc:
+        raise UsageError(f"cannot set up the queue: {_one_line(exc)}") from exc
+    return backend
+
+
+AZURE_ELSE = (
+    "or AZURE_STORAGE_ACCOUNT_URL (with AZURE_STORAGE_SAS_TOKEN or AZURE_STORAGE_ACCOUNT_KEY, "
+    "or azure-identity's DefaultAzureCredential)"
+)
+
+
+def _require_env(flag: str, names: list[str], *, or_else: str = "") -> None:
+    missing = [name for name in names if not os.environ.get(name)]
+    if missing:
+        alternative = f" {or_else}" if or_else else ""
+        raise UsageError(
+            f"{flag} needs {' and '.join(names)} in the environment{alternative}; "
+            f"not set: {', '.join(missing)}"
+        )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    plain = isinstance(exc, (LeaseError, ImportError, UsageError))
+    return text if plain else f"{type(exc).__name__}: {text}"
+
+
+def metrics_server() -> Callable[[Any, int], Any]:
+    """``leasekeeper.prometheus.serve_metrics``, which ``--metrics-port`` calls as
+    ``serve_metrics(manager, port)`` once the worker's manager exists; whatever it
+    returns is closed (``close()``, ``shutdown()`` or ``stop()``) when the worker stops."""
+    try:
+        module = importlib.import_module("leasekeeper.prometheus")
+        serve: Callable[[Any, int], Any] = module.serve_metrics
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(
+            "--metrics-port needs leasekeeper[prometheus] "
+            f"(pip install 'leasekeeper[prometheus]'): {_one_line(exc)}"
+        ) from exc
+    return serve
+
+
+class StatusLine:
+    """Writes the worker's status to stderr every ``every`` seconds, from a thread."""
+
+    def __init__(self, worker: Any, every: float) -> None:
+        self.worker = worker
+        self.every = every
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lag = (0.0, 0.0)  # the scheduler lag last read while the manager ran
+
+    def line(self) -> str:
+        manager = self.worker.manager
+        in_flight = 0
+        if not manager.closed:  # a closed renewer process has no figures to give
+            stats = manager.stats()
+            in_flight = stats.in_flight
+            self._lag = (stats.scheduler_lag_p50, stats.scheduler_lag_p99)
+        done = self.worker.stats
+        p50, p99 = self._lag
+        return (
+            f"{PROG}: in flight {in_flight}, done {done.completed}, failed {done.failed}, "
+            f"lost {done.lost}, scheduler lag p50 {p50 * 1000:.0f} ms p99 {p99 * 1000:.0f} ms"
+        )
+
+    def start(self) -> None:
+        if self.every > 0:
+            self._thread = threading.Thread(
+                target=self._run, name="leasekeeper-status", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.write()
+
+    def write(self) -> None:
+        try:
+            sys.stderr.write(self.line() + "\n")
+            sys.stderr.flush()
+        except Exception as exc:  # a status line must never stop the worker
+            logging.getLogger("leasekeeper.worker").debug("status line failed: %s", exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+# ------------------------------------------------------------------ running
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``leasekeeper worker ...``; returns the exit code."""
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # A signal before the worker runs (while importing the handler, say) ends the
+    # command as quietly as one while it runs.
+    early: list[int] = []
+
+    def noted(signum: int, frame: FrameType | None) -> None:
+        early.append(signum)
+
+    previous = {sig: signal.signal(sig, noted) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        try:
+            serve_metrics = metrics_server() if args.metrics_port is not None else None
+            handler = load_handler(args.handler)
+            config = LeaseConfig(
+                **{
+                    f.name: getattr(args, f.name)
+                    for f in dataclasses.fields(LeaseConfig)
+                    if getattr(args, f.name) is not None
+                }
+            )
+            backend = build_backend(args)
+            is_async = _is_async(handler)
+            worker = _make_worker(args, backend, handler, config, is_async=is_async)
+        except (UsageError, LeaseError) as exc:
+            return _fail(str(exc))
+        return _run(args, worker, early, serve_metrics, is_async=is_async)
+    finally:
+        for sig, before in previous.items():
+            signal.signal(sig, before)
+
+
+def _make_worker(
+    args: argparse.Namespace,
+    backend: Backend,
+    handler: Callable[..., object],
+    config: LeaseConfig,
+    *,
+    is_async: bool,
+) -> Any:
+    common: dict[str, Any] = {
+        "batch_size": args.batch_size,
+        "wait_seconds": args.wait_seconds,
+        "shutdown_timeout": args.shutdown_timeout,
+        "config": config,
+        "renewer": args.renewer,
+    }
+    if args.concurrency is not None:
+        common["concurrency"] = args.concurrency
+    try:
+        if is_async:
+            from leasekeeper.aio import AsyncWorker
+
+            return AsyncWorker(backend, handler, **common)  # type: ignore[arg-type]
+        from leasekeeper.worker import Worker
+
+        return Worker(backend, handler, **common)
+    except (ValueError, TypeError, LeaseError) as exc:
+        raise UsageError(_one_line(exc)) from exc
+
+
+def _is_async(handler: Callable[..., object]) -> bool:
+    # A coroutine function, or an object whose __call__ is one.
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        type(handler).__call__
+    )
+
+
+def _run(
+    args: argparse.Namespace,
+    worker: Any,
+    early: list[int],
+    serve_metrics: Callable[[Any, int], Any] | None,
+    *,
+    is_async: bool,
+) -> int:
+    log = logging.getLogger("leasekeeper.worker")
+    status = StatusLine(worker, args.status_every)
+    server = None
+    try:
+        if serve_metrics is not None:
+            try:
+                server = serve_metrics(worker.manager, args.metrics_port)
+            except Exception as exc:
+                return _fail(f"cannot serve metrics on port {args.metrics_port}: {_one_line(exc)}")
+        if early:
+            log.info("signal %d before the worker started: not starting", early[0])
+            return EXIT_OK
+        log.info(
+            "%s running %s on %r, concurrency %d, renewer %s",
+            type(worker).__name__,
+            args.handler,
+            worker.backend,
+            worker.concurrency,
+            worker.manager.renewer,
+        )
+        status.start()
+        try:
+            if is_async:
+                asyncio.run(worker.run(until_idle=args.until_idle))
+            else:
+                worker.run(until_idle=args.until_idle)
+        except ReceiveError as exc:
+            sys.stderr.write(f"{PROG}: stopped: the queue refused for good: {exc}\n")
+            return EXIT_FAILED
+        return EXIT_OK
+    finally:
+        status.stop()
+        if status.every > 0:
+            status.write()  # the final figures
+        if worker.manager is not None and not worker.manager.closed:
+            worker.manager.close()
+        for stop in ("close", "shutdown", "stop"):
+            method = getattr(server, stop, None)
+            if callable(method):
+                method()
+                break

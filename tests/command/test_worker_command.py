@@ -1,0 +1,400 @@
+"""``leasekeeper worker MODULE:HANDLER``, run as a user runs it: a subprocess.
+
+The scenario of issue 15 on moto: 8 jobs of 3 s at a 2 s visibility timeout run
+exactly once each while another consumer polls the queue, and SIGTERM ends the
+command with exit code 0; for a plain handler (a Worker) and an async one (an
+AsyncWorker). Then what a user gets wrong: every such error is one line on stderr
+and exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from leasekeeper import LeaseConfig
+from tests.services import CHILD_ENV, MNS_ACCESS_ID, make_client
+
+JOBS = textwrap.dedent(
+    """
+    import asyncio, os, time
+
+    def _say(word, message):
+        os.write(1, f"{word} {message.body}\\n".encode())
+
+    def handle(message):
+        _say("start", message)
+        time.sleep(3)
+        _say("done", message)
+
+    async def handle_async(message):
+        _say("start", message)
+        await asyncio.sleep(3)
+        _say("done", message)
+
+    VALUE = 42
+    """
+)
+
+# 2 s visibility renewed when 1.2 s remain (room for a late wake-up on a loaded machine).
+TIMING = [
+    "--visibility-timeout", "2", "--timer-interval", "0.2", "--minimal-life", "0.5",
+    "--extend-threshold", "1.2",
+]  # fmt: skip
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "jobs.py").write_text(JOBS)
+    (tmp_path / "broken.py").write_text("raise RuntimeError('broken at import')\n")
+    return tmp_path
+
+
+@pytest.fixture
+def queue_url(moto_endpoint: str) -> Iterator[str]:
+    admin = make_client(moto_endpoint)
+    url: str = admin.create_queue(
+        QueueName=f"cmd-{uuid.uuid4().hex[:12]}", Attributes={"VisibilityTimeout": "2"}
+    )["QueueUrl"]
+    yield url
+    admin.delete_queue(QueueUrl=url)
+
+
+def env_for(moto_endpoint: str, **extra: str) -> dict[str, str]:
+    env = {**os.environ, **CHILD_ENV, "AWS_ENDPOINT_URL_SQS": moto_endpoint}
+    for name in ("MNS_ACCESS_KEY_ID", "MNS_ACCESS_KEY_SECRET", "AZURE_STORAGE_CONNECTION_STRING"):
+        env.pop(name, None)
+    return {**env, **extra}
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "leasekeeper", "worker", *args]
+
+
+class Spy:
+    """A second consumer polling the queue with its own client, from a thread."""
+
+    def __init__(self, endpoint: str, url: str) -> None:
+        self.client = make_client(endpoint)
+        self.url = url
+        self.received: list[str] = []
+        self.polls = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            response = self.client.receive_message(
+                QueueUrl=self.url, MaxNumberOfMessages=10, VisibilityTimeout=30, WaitTimeSeconds=1
+            )
+            self.polls += 1
+            self.received += [m["Body"] for m in response.get("Messages", [])]
+
+    def __enter__(self) -> Spy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+@pytest.mark.realtime
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("handler", "renewer"), [("jobs:handle", "thread"), ("jobs:handle_async", "process")]
+)
+def test_eight_jobs_of_3s_at_2s_run_once_each_and_sigterm_exits_0(
+    moto_endpoint: str, queue_url: str, workdir: Path, handler: str, renewer: str
+) -> None:
+    client = make_client(moto_endpoint)
+    bodies = [f"job-{i}" for i in range(8)]
+    for body in bodies:
+        client.send_message(QueueUrl=queue_url, MessageBody=body)
+    proc = subprocess.Popen(
+        command(
+            handler,
+            "--sqs",
+            queue_url,
+            "--concurrency",
+            "8",
+            "--renewer",
+            renewer,
+            "--status-every",
+            "1",
+            *TIMING,
+        ),
+        cwd=workdir,
+        env=env_for(moto_endpoint),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    try:
+        lines = [proc.stdout.readline().strip() for _ in range(8)]
+        assert sorted(lines) == sorted(f"start {b}" for b in bodies), lines
+        with Spy(moto_endpoint, queue_url) as spy:  # all 8 are leased and running now
+            lines += [proc.stdout.readline().strip() for _ in range(8)]
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    lines += out.split()
+    assert sorted(line for line in lines if line.startswith("done")) == sorted(
+        f"done {b}" for b in bodies
+    )
+    assert sum(line.startswith("start") for line in lines) == 8  # once each
+    assert spy.polls > 0 and spy.received == [], "a leased message reached another consumer"
+    attributes = client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])
+    counts = attributes["Attributes"]
+    assert counts["ApproximateNumberOfMessages"] == "0"  # all deleted
+    assert counts["ApproximateNumberOfMessagesNotVisible"] == "0"
+    kind = "AsyncWorker" if handler.endswith("_async") else "Worker"
+    assert f"{kind} running {handler}" in err and f"renewer {renewer}" in err
+    status = [line for line in err.splitlines() if line.startswith("leasekeeper worker: in flight")]
+    assert status and "done 8, failed 0, lost 0" in status[-1]
+    assert "Traceback" not in err
+
+
+@pytest.mark.realtime
+def test_until_idle_drains_and_exits_0(moto_endpoint: str, queue_url: str, workdir: Path) -> None:
+    client = make_client(moto_endpoint)
+    client.send_message(QueueUrl=queue_url, MessageBody="only")
+    (workdir / "quick.py").write_text("def handle(message):\n    print('did', message.body)\n")
+    script = Path(sys.executable).parent / "leasekeeper"  # the console script, as installed
+    result = subprocess.run(
+        [
+            str(script),
+            "worker",
+            "quick:handle",
+            "--sqs",
+            queue_url,
+            "--until-idle",
+            "1",
+            "--status-every",
+            "0",
+        ],
+        cwd=workdir,
+        env=env_for(moto_endpoint),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["did", "only"]
+
+
+@pytest.mark.realtime
+def test_a_queue_that_refuses_for_good_exits_1(moto_endpoint: str, workdir: Path) -> None:
+    missing = f"{moto_endpoint}/123456789012/no-such-queue-{uuid.uuid4().hex[:8]}"
+    result = subprocess.run(
+        command("jobs:handle", "--sqs", missing, "--status-every", "0"),
+        cwd=workdir,
+        env=env_for(moto_endpoint),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "leasekeeper worker: stopped: the queue refused for good" in result.stderr
+
+
+# ------------------------------------------------------------------ errors: exit 2, one line
+
+
+def shadow_boto3(tmp_path: Path) -> str:
+    """A directory whose ``boto3`` cannot be imported, as if it were not installed."""
+    fake = tmp_path / "no-sdk" / "boto3"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError(\"No module named 'boto3'\")\n")
+    return str(fake.parent)
+
+
+BAD = {
+    "no queue": (["jobs:handle"], "one of the arguments --sqs --mns --azure is required"),
+    "two queues": (
+        ["jobs:handle", "--sqs", "http://q", "--azure", "q"],
+        "not allowed with argument",
+    ),
+    "unknown flag": (["jobs:handle", "--sqs", "http://q", "--bogus"], "unrecognized arguments"),
+    "not a number": (
+        ["jobs:handle", "--sqs", "http://q", "--visibility-timeout", "soon"],
+        "argument --visibility-timeout: not a number: 'soon'",
+    ),
+    "not an integer": (
+        ["jobs:handle", "--sqs", "http://q", "--concurrency", "2.5"],
+        "argument --concurrency: not an integer",
+    ),
+    "bad config": (
+        ["jobs:handle", "--sqs", "http://q", "--visibility-timeout", "2"],
+        "visibility_timeout (2) must exceed timer_interval (1) + minimal_life (2)",
+    ),
+    "bad renewer": (
+        ["jobs:handle", "--sqs", "http://q", "--renewer", "fork"],
+        "argument --renewer: invalid choice",
+    ),
+    "no colon": (["jobs.handle", "--sqs", "http://q"], "must be MODULE:HANDLER"),
+    "no module": (["nosuch:handle", "--sqs", "http://q"], "no module named 'nosuch'"),
+    "no attribute": (["jobs:nosuch", "--sqs", "http://q"], "module 'jobs' has no 'nosuch'"),
+    "not callable": (["jobs:VALUE", "--sqs", "http://q"], "'jobs:VALUE' is a int, not a callable"),
+    "import fails": (
+        ["broken:handle", "--sqs", "http://q"],
+        "importing 'broken' failed: RuntimeError: broken at import",
+    ),
+    "mns credentials": (
+        ["jobs:handle", "--mns", "http://127.0.0.1:9", "q"],
+        "--mns needs MNS_ACCESS_KEY_ID and MNS_ACCESS_KEY_SECRET in the environment",
+    ),
+    "azure credentials": (
+        ["jobs:handle", "--azure", "q"],
+        "--azure needs AZURE_STORAGE_CONNECTION_STRING in the environment",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_usage_error_is_one_line_and_exit_2(case: str, moto_endpoint: str, workdir: Path) -> None:
+    args, expected = BAD[case]
+    result = subprocess.run(
+        command(*args),
+        cwd=workdir,
+        env=env_for(moto_endpoint),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("leasekeeper worker: error: ") and expected in lines[0]
+
+
+def test_a_missing_sdk_is_one_line_and_exit_2(
+    moto_endpoint: str, queue_url: str, workdir: Path
+) -> None:
+    env = env_for(moto_endpoint, PYTHONPATH=shadow_boto3(workdir))
+    result = subprocess.run(
+        command("jobs:handle", "--sqs", queue_url),
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "leasekeeper worker: error: leasekeeper.backends.sqs needs boto3, which is not "
+        "installed: pip install 'leasekeeper[sqs]'"
+    ]
+
+
+def test_metrics_port_serves_or_says_what_it_needs(
+    moto_endpoint: str, queue_url: str, workdir: Path
+) -> None:
+    result = subprocess.run(
+        command("jobs:handle", "--sqs", queue_url, "--metrics-port", "0", "--until-idle", "0.5"),
+        cwd=workdir,
+        env=env_for(moto_endpoint),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2 and "must be >= 1" in result.stderr  # a port, checked first
+    port = str(20000 + uuid.uuid4().int % 20000)
+    result = subprocess.run(
+        command("jobs:handle", "--sqs", queue_url, "--metrics-port", port, "--until-idle", "0.5"),
+        cwd=workdir,
+        env=env_for(moto_endpoint),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if importlib.util.find_spec("leasekeeper.prometheus") is None:
+        assert result.returncode == 2
+        assert result.stderr.splitlines() == [
+            "leasekeeper worker: error: --metrics-port needs leasekeeper[prometheus] "
+            "(pip install 'leasekeeper[prometheus]'): No module named 'leasekeeper.prometheus'"
+        ]
+    else:  # leasekeeper.prometheus.serve_metrics(manager, port) took the port
+        assert result.returncode == 0, result.stderr
+
+
+# ------------------------------------------------------------------ --help
+
+
+def test_help_reads_like_a_man_page() -> None:
+    result = subprocess.run(
+        command("--help"), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0
+    text = result.stdout
+    for section in ("usage:", "queue (exactly one):", "lease settings", "environment:",
+                    "exit status:", "example:"):  # fmt: skip
+        assert section in text
+    for flag in ("--sqs QUEUE_URL", "--mns ENDPOINT QUEUE", "--azure QUEUE", "--concurrency",
+                 "--renewer", "--log-level", "--status-every", "--metrics-port"):  # fmt: skip
+        assert flag in text
+    for variable in ("AWS_ENDPOINT_URL_SQS", "MNS_ACCESS_KEY_ID", "AZURE_STORAGE_CONNECTION_STRING",
+                     "AZURE_STORAGE_ACCOUNT_URL"):  # fmt: skip
+        assert variable in text
+    lines = text.splitlines()
+    for field in dataclasses.fields(LeaseConfig):
+        flag = "--" + field.name.replace("_", "-")
+        (at,) = [i for i, line in enumerate(lines) if line.strip().startswith(flag + " ")]
+        explained = " ".join(lines[at : at + 2]).split(flag, 1)[1]
+        assert len(explained.split()) > 4, f"{flag} is not explained"
+
+
+def test_leasekeeper_help_lists_the_worker_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "leasekeeper", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0 and "worker" in result.stdout
+
+
+@pytest.mark.realtime
+def test_refused_credentials_exit_1_and_are_never_shown(
+    moto_endpoint: str, mns_server: Any, workdir: Path
+) -> None:
+    """A secret that the service refuses stops the command (exit 1) without ever
+    showing it, even at debug level."""
+    name = f"cmd-{uuid.uuid4().hex[:12]}"
+    mns_server.create_queue(name)
+    secret = "s3cr3t-" + uuid.uuid4().hex
+    env = env_for(moto_endpoint, MNS_ACCESS_KEY_ID=MNS_ACCESS_ID, MNS_ACCESS_KEY_SECRET=secret)
+    result = subprocess.run(
+        command("jobs:handle", "--mns", mns_server.endpoint, name, "--log-level", "debug"),
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "leasekeeper worker: stopped: the queue refused for good" in result.stderr
+    assert secret not in result.stdout + result.stderr
