@@ -180,4 +180,3 @@ def source_from_options(options: Mapping[str, str]) -> Source:
         elif field.default is dataclasses.MISSING:
             raise ValueError(f"backend {kind!r} needs option {field.name!r}")
     return cls(**values)
-
