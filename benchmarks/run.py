@@ -27,6 +27,7 @@ from benchmarks import (
     bench_lag,
     bench_memory,
     bench_register,
+    bench_stream,
 )
 from benchmarks.common import (
     REPO_ROOT,
@@ -48,6 +49,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], BenchResult]]] = {
         bench_capacity,
         bench_lag,
         bench_failover,
+        bench_stream,
     )
 }
 DOCS = REPO_ROOT / "docs" / "performance.md"

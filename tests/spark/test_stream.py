@@ -28,6 +28,11 @@ pytestmark = pytest.mark.slow
 
 VISIBILITY = 2
 CONFIG = LeaseConfig(visibility_timeout=VISIBILITY, timer_interval=0.2, minimal_life=0.5)
+# moto's ReceiveMessage takes no lock: concurrent receives can hand one message out
+# twice (receive_count 2). Where a test asserts "never received twice", the reader
+# receives one call at a time (the parallel receives are tested on MemoryQueue,
+# the MNS server and Azurite).
+ONE_AT_A_TIME = 1
 QUERY_TIMEOUT = 600  # a generous bound for a query to end by itself
 
 
@@ -100,7 +105,14 @@ def test_checked_by_scenario(spark: Any, sqs: Any, tmp_path: Path) -> None:
     udf = F.udf(slow_marker(marks, 0.15))  # 20 rows a task: ~3 s a batch
 
     def frame(config: LeaseConfig) -> Any:
-        raw = read_stream(spark, source, config=config, max_messages_per_batch=40, partitions=2)
+        raw = read_stream(
+            spark,
+            source,
+            config=config,
+            max_messages_per_batch=40,
+            partitions=2,
+            receive_concurrency=ONE_AT_A_TIME,
+        )
         return raw.withColumn("seen", udf("body"))
 
     first = fill(client, url, 120)
@@ -164,7 +176,14 @@ def test_executor_loss_costs_nothing(spark: Any, sqs: Any, tmp_path: Path) -> No
                 os._exit(13)  # the first attempt's worker dies, rows and all
         return body
 
-    frame = read_stream(spark, source, config=CONFIG, max_messages_per_batch=25, partitions=3)
+    frame = read_stream(
+        spark,
+        source,
+        config=CONFIG,
+        max_messages_per_batch=25,
+        partitions=3,
+        receive_concurrency=ONE_AT_A_TIME,
+    )
     frame = frame.withColumn("checked", F.udf(crash_once)("body"))
     run_available_now(frame, tmp_path / "out", tmp_path / "checkpoint")
     rows = sink_rows(spark, tmp_path / "out")

@@ -153,6 +153,18 @@ def test_a_batch_is_filled_by_parallel_receives(make_driver: Any) -> None:
     assert queue.calls["receive"] >= 100  # 10 a call
 
 
+@pytest.mark.parametrize("max_batch", [10, 1])
+def test_a_commit_deletes_in_batch_calls(make_driver: Any, max_batch: int) -> None:
+    queue = MemoryQueue(30, max_batch=max_batch)
+    queue.send_many([str(n) for n in range(200)])
+    driver = make_driver(queue, max_messages_per_batch=200)
+    assert driver.latest_offset(B(0)) == B(1)
+    driver.plan(B(0), B(1))
+    driver.commit(B(1))
+    assert len(queue) == 0 and driver.counts.deleted == 200
+    assert queue.calls["delete"] == 200 // max_batch
+
+
 def test_leases_are_renewed_while_a_batch_runs_longer_than_the_timeout(
     make_driver: Any,
 ) -> None:
@@ -179,6 +191,7 @@ def test_a_lease_lost_before_planning_gives_no_row(make_driver: Any) -> None:
     assert driver.counts.dropped == 1
     driver.commit(B(1))
     assert len(queue) == 1  # the lost one comes back, to be read again
+    assert driver.counts.deleted == 4 and driver.counts.lost_at_commit == 0
 
 
 def test_a_lease_lost_after_planning_is_counted_at_commit(make_driver: Any) -> None:
