@@ -21,6 +21,7 @@ import pytest
 from leasekeeper import LeaseConfig, Message
 from leasekeeper.backends.base import ForwardingBackend
 from leasekeeper.backends.memory import MemoryQueue
+from leasekeeper.errors import ReceiveError
 from leasekeeper.spark import SQSSource
 from leasekeeper.spark.stream_driver import StreamDriver, StreamStopped
 from leasekeeper.spark.stream_options import StreamOptions
@@ -253,6 +254,41 @@ def test_available_now_ends_at_a_round_of_messages_sent_after_it_began(
     driver.commit(B(2))
     assert driver.latest_offset(B(3)) == B(3)
     assert len(queue) == 1
+
+
+class FailingReceives(ForwardingBackend):
+    """Its first ``failures`` receives fail as a throttled service's would."""
+
+    def __init__(self, inner: Any, failures: int) -> None:
+        super().__init__(inner)
+        self.failures = failures
+
+    def receive(
+        self, max_messages: int = 1, wait_seconds: float = 0.0, visibility_timeout: Any = None
+    ) -> list[Message]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise ReceiveError("retry", "Throttled: slow down")
+        return super().receive(max_messages, wait_seconds, visibility_timeout)
+
+
+def test_a_failing_receive_does_not_end_available_now(make_driver: Any) -> None:
+    queue = MemoryQueue(30)
+    queue.send_many(["a", "b"])
+    driver = make_driver(FailingReceives(queue, failures=2))
+    driver.prepare_available_now()
+    assert driver.latest_offset(B(0)) == B(1)  # retried, not taken for an empty queue
+    assert len(ids(driver.plan(B(0), B(1)))) == 2
+
+
+def test_a_fatal_receive_error_fails_the_query(make_driver: Any) -> None:
+    class Gone(ForwardingBackend):
+        def receive(self, *args: Any, **kwargs: Any) -> list[Message]:
+            raise ReceiveError("fatal", "QueueDoesNotExist")
+
+    driver = make_driver(Gone(MemoryQueue(30)))
+    with pytest.raises(ReceiveError, match="QueueDoesNotExist"):
+        driver.latest_offset(B(0))
 
 
 def test_binary_bodies(make_driver: Any) -> None:

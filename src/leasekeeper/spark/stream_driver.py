@@ -62,6 +62,8 @@ T = TypeVar("T")
 
 # The longest stop() waits for a receive or commit under way before releasing anyway.
 STOP_WAIT = 60.0
+# A first receive that fails transiently is retried after 0.5, 1, 2, 4 and 8 s.
+RECEIVE_RETRY_LIMIT = 8.0
 
 
 class StreamStopped(LeaseError):
@@ -166,7 +168,8 @@ class StreamDriver:
         self._run(lambda: self._commit(last))
 
     def held(self) -> int:
-        """Leases held for batches not committed yet."""
+        """Leases held for batches not committed yet (for tests and tools: it takes the
+        lock, so not from the thread a SIGTERM handler may interrupt)."""
         with self._lock:
             return sum(len(leases) for leases in self._batches.values())
 
@@ -215,8 +218,17 @@ class StreamDriver:
         backend, _ = self._start()
         per_call = max(1, min(want, getattr(backend, "max_receive", 10)))
         begun = time.monotonic()
-        taken = self._receive(per_call, self.options.poll_seconds)
-        going = self._keep_going(taken)
+        first = self._receive(per_call, self.options.poll_seconds)
+        pause = 0.5
+        while first is None and not self._stopping and pause <= RECEIVE_RETRY_LIMIT:
+            # A transient failure is not an empty queue (Trigger.AvailableNow would end).
+            time.sleep(pause)
+            pause *= 2
+            first = self._receive(per_call, self.options.poll_seconds)
+        if first is None:
+            return []
+        taken = first
+        going = self._keep_going(taken, failed=False)
         while going and len(taken) < want and not self._stopping:
             if time.monotonic() - begun >= self.options.fill_seconds:
                 break
@@ -225,18 +237,20 @@ class StreamDriver:
             sizes = [min(per_call, remaining - i * per_call) for i in range(calls)]
             pool = self._receivers
             assert pool is not None
-            futures = [pool.submit(self._receive, size, 0.0) for size in sizes]
-            got = [lease for future in futures for lease in future.result()]
+            pages = [page.result() for page in [pool.submit(self._receive, n, 0.0) for n in sizes]]
+            got = [lease for page in pages if page is not None for lease in page]
             taken += got
-            going = self._keep_going(got)
+            going = self._keep_going(got, failed=None in pages)
         return taken
 
-    def _keep_going(self, got: list[Lease]) -> bool:
+    def _keep_going(self, got: list[Lease], *, failed: bool) -> bool:
         """Another round after one that brought ``got``? Not after an empty round; and
         under Trigger.AvailableNow, not after a round with nothing sent before it began
-        (the run then ends: messages sent later are the next run's)."""
+        (the run then ends: messages sent later are the next run's). A round whose
+        receives failed ends the batch, not the run."""
         if not got:
-            self._exhausted = self._cutoff is not None
+            if not failed:
+                self._exhausted = self._cutoff is not None
             return False
         cutoff = self._cutoff
         if cutoff is None:
@@ -248,7 +262,8 @@ class StreamDriver:
         self._exhausted = True
         return False
 
-    def _receive(self, count: int, wait: float) -> list[Lease]:
+    def _receive(self, count: int, wait: float) -> list[Lease] | None:
+        """One receive, its messages leased; None when it failed transiently."""
         if self._stopping:
             return []
         backend, manager = self._start()
@@ -260,9 +275,9 @@ class StreamDriver:
             )
         except ReceiveError as exc:
             if not exc.retryable:
-                raise
-            log.warning("a receive failed (%s); the batch goes on without it", exc)
-            return []
+                raise  # the queue is gone or the credentials are refused: the query fails
+            log.warning("a receive failed (%s)", exc)
+            return None
         leases: list[Lease] = []
         short = 0
         for message in messages:
