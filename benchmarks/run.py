@@ -29,6 +29,7 @@ from benchmarks import (
     bench_memory,
     bench_register,
     bench_renewer,
+    bench_stream,
     bench_worker_calls,
 )
 from benchmarks.common import (
@@ -54,6 +55,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], BenchResult]]] = {
         bench_renewer,
         bench_worker_calls,
         bench_adaptive,
+        bench_stream,
     )
 }
 DOCS = REPO_ROOT / "docs" / "performance.md"

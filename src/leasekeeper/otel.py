@@ -16,8 +16,8 @@ picks and configures the SDK and its exporters). ``instrument(manager)`` adds an
 | leasekeeper.scheduler.send_lag | gauge | s | ``stats().send_lag_p50/p99`` |
 | leasekeeper.extend.threshold | gauge | s | ``stats().extend_threshold`` |
 
-docs/observability.md has the attributes of each and why. Given a ``Worker`` (or an ``AsyncWorker``),
-``instrument(worker)`` also wraps each handler run in a ``process`` span (kind
+docs/observability.md has the attributes of each and why. Given a ``Worker`` (or
+an ``AsyncWorker``), ``instrument(worker)`` also wraps each handler run in a ``process`` span (kind
 CONSUMER) and records ``messaging.process.duration``.
 
 Without an SDK configured (no ``meter_provider``/``tracer_provider`` given and

@@ -39,13 +39,14 @@ import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import LeaseError, LeaseLost, LeaseTooShort
 from leasekeeper.lease import Lease, LeaseState
 from leasekeeper.manager import LeaseManager
+from leasekeeper.spark.sources import Source, build_backend
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -65,119 +66,6 @@ COLUMNS = (
     "error",
     "output",
 )
-
-# Secrets a connection string may carry; they must reach executors through their
-# environment, not through a pickled spec that Spark ships and may log.
-_SECRET_KEYS = ("accountkey=", "sharedaccesssignature=")
-
-
-class Source(Protocol):
-    """A picklable description of a queue that can build its backend on an executor."""
-
-    def build(self) -> Backend: ...
-
-
-@dataclass(frozen=True)
-class SQSSource:
-    """An SQS queue; credentials from the executor's AWS credential chain."""
-
-    queue_url: str
-    region: str | None = None
-    endpoint_url: str | None = None
-
-    def build(self) -> Backend:
-        import boto3
-
-        from leasekeeper.backends.sqs import SQSBackend
-
-        client = boto3.client("sqs", region_name=self.region, endpoint_url=self.endpoint_url)
-        return SQSBackend(client, self.queue_url)
-
-
-@dataclass(frozen=True)
-class MNSSource:
-    """An Aliyun MNS queue; credentials from the executor's environment:
-    ``MNS_ACCESS_KEY_ID``, ``MNS_ACCESS_KEY_SECRET`` and optionally ``MNS_SECURITY_TOKEN``."""
-
-    endpoint: str
-    queue_name: str
-
-    def build(self) -> Backend:
-        from mns.account import Account
-
-        from leasekeeper.backends.mns import MNSBackend
-
-        access_id = os.environ.get("MNS_ACCESS_KEY_ID")
-        access_key = os.environ.get("MNS_ACCESS_KEY_SECRET")
-        if not access_id or not access_key:
-            raise LeaseError(
-                "MNSSource needs MNS_ACCESS_KEY_ID and MNS_ACCESS_KEY_SECRET in the executor's "
-                "environment (on a cluster: spark.executorEnv.MNS_ACCESS_KEY_ID etc.)"
-            )
-        token = os.environ.get("MNS_SECURITY_TOKEN", "")
-        account = Account(self.endpoint, access_id, access_key, token)
-        return MNSBackend(account.get_queue(self.queue_name))
-
-
-@dataclass(frozen=True)
-class AzureQueueSource:
-    """An Azure Storage queue.
-
-    With neither argument, the connection string comes from the executor's
-    ``AZURE_STORAGE_CONNECTION_STRING``. ``account_url`` takes its credential from
-    ``AZURE_STORAGE_SAS_TOKEN`` or ``AZURE_STORAGE_ACCOUNT_KEY`` in the executor's
-    environment, else ``azure.identity.DefaultAzureCredential``. A
-    ``connection_string`` given here must hold no secret (no AccountKey or
-    SharedAccessSignature): it is pickled and shipped to every executor.
-    """
-
-    queue_name: str
-    connection_string: str | None = None
-    account_url: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.connection_string is not None and any(
-            key in self.connection_string.lower() for key in _SECRET_KEYS
-        ):
-            raise ValueError(
-                "AzureQueueSource: this connection string holds a secret, and the source is "
-                "pickled to every executor; set AZURE_STORAGE_CONNECTION_STRING in the "
-                "executors' environment instead (spark.executorEnv.AZURE_STORAGE_CONNECTION_STRING)"
-            )
-        if self.connection_string is not None and self.account_url is not None:
-            raise ValueError("AzureQueueSource: give connection_string or account_url, not both")
-
-    def __repr__(self) -> str:
-        where = self.account_url or ("connection string" if self.connection_string else "env")
-        return f"AzureQueueSource(queue_name={self.queue_name!r}, via={where!r})"
-
-    def build(self) -> Backend:
-        from azure.storage.queue import QueueClient
-
-        from leasekeeper.backends.azure import AzureQueueBackend
-
-        if self.account_url is not None:
-            credential: Any = os.environ.get("AZURE_STORAGE_SAS_TOKEN")
-            if not credential:
-                key = os.environ.get("AZURE_STORAGE_ACCOUNT_KEY")
-                if key:
-                    account = self.account_url.split("//", 1)[-1].split(".", 1)[0]
-                    credential = {"account_name": account, "account_key": key}
-            if not credential:
-                from azure.identity import DefaultAzureCredential
-
-                credential = DefaultAzureCredential()
-            client = QueueClient(self.account_url, self.queue_name, credential=credential)
-        else:
-            conn = self.connection_string or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
-            if not conn:
-                raise LeaseError(
-                    "AzureQueueSource needs AZURE_STORAGE_CONNECTION_STRING in the executor's "
-                    "environment, or account_url"
-                )
-            client = QueueClient.from_connection_string(conn, self.queue_name)
-        return AzureQueueBackend(client)
-
 
 # ---------------------------------------------------------------------- executor side
 
@@ -203,7 +91,7 @@ def _process_manager(source: Source, config: LeaseConfig) -> tuple[Backend, Leas
     with _process_lock:
         found = _process_state.get(key)
         if found is None or found[1].closed:
-            backend = source.build()
+            backend = build_backend(source)
             found = (backend, LeaseManager(backend, config))
             _process_state[key] = found
         return found
@@ -428,7 +316,7 @@ class DrainResult:
     report: DrainReport
 
 
-def _check_args(
+def check_drain_args(
     partitions: int,
     batch_size: int,
     concurrency: int,
@@ -473,7 +361,7 @@ def run_drain(
     sc = spark.sparkContext
     partitions = partitions if partitions is not None else sc.defaultParallelism
     concurrency = concurrency if concurrency is not None else batch_size
-    _check_args(partitions, batch_size, concurrency, idle_seconds, max_messages)
+    check_drain_args(partitions, batch_size, concurrency, idle_seconds, max_messages)
     if config is None:
         # Failed messages wait out at least one idle period, so a drain does not spin
         # on a poison message; each further failure doubles the wait.
