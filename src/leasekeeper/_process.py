@@ -254,9 +254,12 @@ class ProcessRenewer:
         if not asked:
             return results
         payload = self._ask(lambda r: ("complete", r, [remotes[i].key for i in asked]))
-        for i, encoded in zip(asked, _per_lease(payload, len(asked)), strict=True):
+        answers = _per_lease(payload, len(asked), dead=(_DIED_ERROR, None))
+        for i, (encoded, extensions) in zip(asked, answers, strict=True):
             lease = remotes[i]
             error = decode_error(encoded)
+            if extensions is not None and extensions > lease.extensions:
+                lease.extensions = extensions
             if error is None:
                 self._end(lease, LeaseState.COMPLETED, "completed")
             elif isinstance(error, LeaseLost):
@@ -428,9 +431,13 @@ def _check_completable(lease: RemoteLease, now: float) -> bool:
     return True  # abandoned, and its message still hidden
 
 
-def _per_lease(payload: Any, count: int) -> list[Any]:
+_DIED_ERROR = ("LeaseLost", ("-", DIED))  # encoded as _wire encodes errors
+
+
+def _per_lease(payload: Any, count: int, dead: Any = _DIED_ERROR) -> list[Any]:
+    """A reply's per-lease answers; ``dead`` for each when the renewer died first."""
     if payload == DIED or not isinstance(payload, list) or len(payload) != count:
-        return [("LeaseLost", ("-", DIED))] * count
+        return [dead] * count
     return payload
 
 

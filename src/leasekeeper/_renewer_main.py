@@ -358,7 +358,19 @@ class ChildRenewer:
         else:
             done = iter(self._manager.complete_many(known))
             results = [next(done) if lease is not None else _unknown() for lease in leases]
-        self._outbox.reply(("done", request, [encode_error(r) for r in results]))
+        # Each lease's final extension count rides on the reply: the notices of its
+        # last extends may still be queued behind it (or unread by a worker that was
+        # holding its GIL), and a completed lease's count should be right at once.
+        self._outbox.reply(
+            (
+                "done",
+                request,
+                [
+                    (encode_error(result), 0 if lease is None else lease.extensions)
+                    for result, lease in zip(results, leases, strict=True)
+                ],
+            )
+        )
 
     def _release(
         self, request: int, leases: list[Lease | None], delay: float | None, stop: bool

@@ -16,10 +16,17 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 SRC = ROOT / "src" / "leasekeeper"
-# Commands and helpers, not API: cli and demo are `leasekeeper ...`; decorator is the
+# Commands and helpers, not API: cli, demo and worker_command are `leasekeeper ...`
+# (the guide documents the commands); decorator is the
 # builder behind @leased and @manager.leased, documented there; leasekeeper.backends
 # holds nothing but its modules, each with a page.
-NOT_API = {"leasekeeper.cli", "leasekeeper.demo", "leasekeeper.decorator", "leasekeeper.backends"}
+NOT_API = {
+    "leasekeeper.cli",
+    "leasekeeper.demo",
+    "leasekeeper.worker_command",
+    "leasekeeper.decorator",
+    "leasekeeper.backends",
+}
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)[^)]*\)")
 
 

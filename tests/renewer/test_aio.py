@@ -19,6 +19,7 @@ from leasekeeper import LeaseLost, LeaseState, Message, aio
 from leasekeeper.aio import AsyncWorker
 from leasekeeper.backends.base import Backend
 from tests.renewer.conftest import Leasing
+from tests.renewer.test_lease_api import wait_for
 
 pytestmark = [pytest.mark.realtime, pytest.mark.slow]
 
@@ -125,4 +126,6 @@ def test_a_loss_reaches_the_coroutine(leasing: Leasing) -> None:
 
     with pytest.raises(LeaseLost):
         run(main())
-    assert leasing.lost and leasing.lost[0][0].id == message.id
+    # on_lost runs on the manager's callback thread: the cancellation may come first.
+    wait_for(lambda: leasing.lost)
+    assert leasing.lost[0][0].id == message.id

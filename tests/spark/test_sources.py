@@ -2,11 +2,53 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
+import subprocess
+import sys
 
 import pytest
 
+from leasekeeper.backends.azure import AzureQueueSpec
+from leasekeeper.backends.mns import MNSSpec
+from leasekeeper.backends.sqs import SQSBackend, SQSSpec
 from leasekeeper.spark import AzureQueueSource, MNSSource, SQSSource, _check_args
+from leasekeeper.spark.sources import SOURCE_KINDS, source_from_options, source_options
+from tests.services import make_client
+
+
+def test_the_sources_are_the_backends_specs() -> None:
+    # One description of a queue, whether a Spark executor or a renewer process
+    # builds it: a backend's spec() is a source too.
+    assert (SQSSource, MNSSource, AzureQueueSource) == (SQSSpec, MNSSpec, AzureQueueSpec)
+    backend = SQSBackend(make_client("http://127.0.0.1:1"), "http://127.0.0.1:1/1/q")
+    assert source_options(backend.spec()) == {
+        "backend": "sqs",
+        "queue_url": "http://127.0.0.1:1/1/q",
+        "region": "us-east-1",
+        "endpoint_url": "http://127.0.0.1:1",
+    }
+    for kind, (_, _, _, fields) in SOURCE_KINDS.items():
+        cls = {"sqs": SQSSpec, "mns": MNSSpec, "azure": AzureQueueSpec}[kind]
+        assert fields == tuple(f.name for f in dataclasses.fields(cls))
+
+
+def test_string_options_round_trip_with_a_flag() -> None:
+    source = SQSSource("http://q/1/jobs", region="eu-west-1", client_retries=True)
+    options = source_options(source)
+    assert options["client_retries"] == "true"
+    assert source_from_options(options) == source
+    with pytest.raises(ValueError, match=r"client_retries.*true or false"):
+        source_from_options({**options, "client_retries": "maybe"})
+
+
+def test_leasekeeper_spark_imports_only_the_sdk_it_uses() -> None:
+    code = (
+        "import sys; import leasekeeper.spark as s; from leasekeeper.spark import MNSSource; "
+        "print(sorted(m for m in ('boto3', 'mns', 'azure.storage.queue') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["['mns']"]
 
 
 def test_sources_pickle_round_trip() -> None:
@@ -45,8 +87,9 @@ def test_mns_source_needs_credentials_in_the_environment(monkeypatch: pytest.Mon
         ((2, 10, 10, 0.0, None), "idle_seconds"),
         ((2, 10, 10, float("nan"), None), "idle_seconds"),
         ((2, 10, 10, 5.0, 0), "max_messages"),
+        ((2, 10, 10, 5.0, None, "processes"), "renewer"),
     ],
 )
 def test_drain_arguments_are_checked(args: tuple[object, ...], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        _check_args(*args)  # type: ignore[arg-type]
+        _check_args(*args[:5], renewer=args[5] if len(args) > 5 else "thread")  # type: ignore[arg-type]

@@ -726,12 +726,14 @@ class AzureQueueSpec:
         ):
             raise ValueError(
                 f"{type(self).__name__}: this connection string holds a secret, and the spec "
-                "is pickled and shipped; set AZURE_STORAGE_CONNECTION_STRING in the other "
-                "process's environment instead (on Spark: "
-                "spark.executorEnv.AZURE_STORAGE_CONNECTION_STRING)"
+                "is pickled and shipped; set AZURE_STORAGE_CONNECTION_STRING in the building "
+                "process's environment instead (the renewer inherits the worker's; on Spark, "
+                "the executors' environment: spark.executorEnv.AZURE_STORAGE_CONNECTION_STRING)"
             )
         if self.connection_string is not None and self.account_url is not None:
-            raise ValueError(f"{type(self).__name__}: give connection_string or account_url")
+            raise ValueError(
+                f"{type(self).__name__}: give connection_string or account_url, not both"
+            )
 
     def __repr__(self) -> str:
         where = self.account_url or ("connection string" if self.connection_string else "env")

@@ -12,9 +12,11 @@
     frame = read_stream(spark, SQSSource(queue_url), max_messages_per_batch=1000)
     frame.writeStream.format("parquet").option("checkpointLocation", ...).start(path)
 
-Modules: ``sources`` (the picklable queue sources and the one place they become
-backends), ``draining`` (``drain``/``run_drain``), ``stream`` (``read_stream`` and
-the ``"leasekeeper"`` streaming format), ``stream_options`` (its string options),
+Modules: ``sources`` (the picklable queue sources - the backends' specs, so
+``SQSSource`` is ``leasekeeper.backends.sqs.SQSSpec`` and ``backend.spec()`` is a
+source too - and the one place they become backends), ``draining``
+(``drain``/``run_drain``), ``stream`` (``read_stream`` and the ``"leasekeeper"``
+streaming format), ``stream_options`` (its string options),
 ``stream_driver`` (the driver-side half of the reader: receives, leases, commits),
 ``stream_rows`` (the columns) and ``datasource`` (the PySpark Data Source classes;
 the only module that needs PySpark at import). ``import leasekeeper.spark`` works
@@ -23,6 +25,9 @@ without PySpark installed. See docs/spark.md.
 
 from __future__ import annotations
 
+from typing import Any
+
+from leasekeeper.spark import sources as _sources
 from leasekeeper.spark.draining import (
     COLUMNS,
     DrainReport,
@@ -34,15 +39,16 @@ from leasekeeper.spark.draining import (
 
 # The name leasekeeper.spark had before it became a package (tests import it).
 from leasekeeper.spark.draining import check_drain_args as _check_args  # noqa: F401
-from leasekeeper.spark.sources import (
-    AzureQueueSource,
-    MNSSource,
-    Source,
-    SQSSource,
-    build_backend,
-)
+from leasekeeper.spark.sources import Source, build_backend
 from leasekeeper.spark.stream import read_stream, register
 from leasekeeper.spark.stream_rows import COLUMNS as STREAM_COLUMNS
+
+
+def __getattr__(name: str) -> Any:
+    # SQSSource, MNSSource, AzureQueueSource: the backends' spec classes, imported on
+    # first use so that leasekeeper.spark needs only the SDK of the queue it reads.
+    return getattr(_sources, name)
+
 
 __all__ = [
     "COLUMNS",

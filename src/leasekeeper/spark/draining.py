@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.config import LeaseConfig
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("leasekeeper.spark")
 
 Handler = Callable[[Message], Any]
+Renewer = Literal["thread", "process"]
 
 COLUMNS = (
     "id",
@@ -72,7 +73,7 @@ COLUMNS = (
 # One backend and LeaseManager per (source, config) per Python worker process,
 # reused by every task that process runs. Guarded by _process_lock.
 _process_lock = threading.Lock()
-_process_state: dict[tuple[Any, LeaseConfig], tuple[Backend, LeaseManager]] = {}
+_process_state: dict[tuple[Any, LeaseConfig, str], tuple[Backend, LeaseManager]] = {}
 
 
 def _forget_after_fork() -> None:
@@ -86,13 +87,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def _process_manager(source: Source, config: LeaseConfig) -> tuple[Backend, LeaseManager]:
-    key = (source, config)
+def _process_manager(
+    source: Source, config: LeaseConfig, renewer: Renewer
+) -> tuple[Backend, LeaseManager]:
+    key = (source, config, renewer)
     with _process_lock:
         found = _process_state.get(key)
         if found is None or found[1].closed:
             backend = build_backend(source)
-            found = (backend, LeaseManager(backend, config))
+            found = (backend, LeaseManager(backend, config, renewer=renewer))
             _process_state[key] = found
         return found
 
@@ -108,6 +111,7 @@ class _TaskSpec:
     concurrency: int
     idle_seconds: float
     quota: int | None  # messages this task may take (max_messages split across tasks)
+    renewer: Renewer
 
 
 @dataclass
@@ -230,7 +234,7 @@ def _run_task(spec: _TaskSpec, task: int) -> dict[str, Any]:
 
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
-    backend, manager = _process_manager(spec.source, spec.config)
+    backend, manager = _process_manager(spec.source, spec.config, spec.renewer)
     tally = _TaskTally(task, attempt)
     begun = time.monotonic()
     idle_since = begun
@@ -322,7 +326,11 @@ def check_drain_args(
     concurrency: int,
     idle_seconds: float,
     max_messages: int | None,
+    *,
+    renewer: object = "thread",
 ) -> None:
+    if renewer not in ("thread", "process"):
+        raise ValueError(f"renewer must be 'thread' or 'process', got {renewer!r}")
     for name, value in (
         ("partitions", partitions),
         ("batch_size", batch_size),
@@ -352,6 +360,7 @@ def run_drain(
     concurrency: int | None = None,
     idle_seconds: float = 5.0,
     max_messages: int | None = None,
+    renewer: Renewer = "thread",
 ) -> DrainResult:
     """``drain`` that also returns the totals (see ``drain``)."""
     if not callable(handler):
@@ -361,7 +370,9 @@ def run_drain(
     sc = spark.sparkContext
     partitions = partitions if partitions is not None else sc.defaultParallelism
     concurrency = concurrency if concurrency is not None else batch_size
-    check_drain_args(partitions, batch_size, concurrency, idle_seconds, max_messages)
+    check_drain_args(
+        partitions, batch_size, concurrency, idle_seconds, max_messages, renewer=renewer
+    )
     if config is None:
         # Failed messages wait out at least one idle period, so a drain does not spin
         # on a poison message; each further failure doubles the wait.
@@ -382,6 +393,7 @@ def run_drain(
             concurrency,
             float(idle_seconds),
             quota,
+            renewer,
         )
         for quota in quotas
     ]
@@ -453,6 +465,7 @@ def drain(
     concurrency: int | None = None,
     idle_seconds: float = 5.0,
     max_messages: int | None = None,
+    renewer: Renewer = "thread",
 ) -> DataFrame:
     """Drain ``source`` with ``partitions`` Spark tasks running ``handler(message)``.
 
@@ -462,6 +475,13 @@ def drain(
     threads run per task (default: ``batch_size``). ``config`` is the LeaseConfig
     of the executors' managers; by default failed messages are released for
     ``max(10, 2 * idle_seconds)`` seconds, doubling per receive.
+
+    ``renewer="process"`` renews from a process beside each executor's Python
+    worker (built from ``source``, with the executor's credentials), so handlers
+    that hold the GIL in long C calls do not starve renewals, and a Python worker
+    that is killed has its messages released at once rather than after a
+    visibility timeout. It costs a process per Python worker and an IPC round trip
+    per message; docs/spark.md says when it pays.
 
     Returns a DataFrame read from ``output`` with one row per message id of this
     run: id, status (completed / released / lost / abandoned), receive_count,
@@ -479,6 +499,7 @@ def drain(
         concurrency=concurrency,
         idle_seconds=idle_seconds,
         max_messages=max_messages,
+        renewer=renewer,
     ).frame
 
 

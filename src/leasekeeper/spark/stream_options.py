@@ -46,9 +46,7 @@ from leasekeeper.spark.sources import (
 DEFAULT_MAX_MESSAGES_PER_BATCH = 1000
 
 _CONFIG_FIELDS = {field.name: field for field in dataclasses.fields(LeaseConfig)}
-_SOURCE_KEYS = {"backend"} | {
-    field.name for cls in SOURCE_KINDS.values() for field in dataclasses.fields(cls)
-}
+_SOURCE_KEYS = {"backend"} | {name for kind in SOURCE_KINDS.values() for name in kind[3]}
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
