@@ -268,7 +268,14 @@ def parser() -> argparse.ArgumentParser:
         "--metrics-port",
         type=_number(int, 1),
         metavar="PORT",
-        help="serve Prometheus metrics on this port (needs leasekeeper[prometheus])",
+        help="serve Prometheus metrics at http://ADDR:PORT/metrics (needs leasekeeper[prometheus])",
+    )
+    out.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="the address --metrics-port binds (default: 127.0.0.1, this machine only; "
+        "0.0.0.0 for a scraper in another container or host)",
     )
     return p
 
@@ -360,13 +367,13 @@ def _one_line(exc: BaseException) -> str:
     return text if plain else f"{type(exc).__name__}: {text}"
 
 
-def metrics_server() -> Callable[[Any, int], Any]:
+def metrics_server() -> Callable[..., Any]:
     """``leasekeeper.prometheus.serve_metrics``, which ``--metrics-port`` calls as
-    ``serve_metrics(manager, port)`` once the worker's manager exists; whatever it
+    ``serve_metrics(manager, port, addr=...)`` once the worker's manager exists; whatever it
     returns is closed (``close()``, ``shutdown()`` or ``stop()``) when the worker stops."""
     try:
         module = importlib.import_module("leasekeeper.prometheus")
-        serve: Callable[[Any, int], Any] = module.serve_metrics
+        serve: Callable[..., Any] = module.serve_metrics
     except (ImportError, AttributeError) as exc:
         raise UsageError(
             "--metrics-port needs leasekeeper[prometheus] "
@@ -509,7 +516,7 @@ def _run(
     args: argparse.Namespace,
     worker: Any,
     early: list[int],
-    serve_metrics: Callable[[Any, int], Any] | None,
+    serve_metrics: Callable[..., Any] | None,
     *,
     is_async: bool,
 ) -> int:
@@ -519,9 +526,12 @@ def _run(
     try:
         if serve_metrics is not None:
             try:
-                server = serve_metrics(worker.manager, args.metrics_port)
+                server = serve_metrics(worker.manager, args.metrics_port, addr=args.metrics_addr)
             except Exception as exc:
-                return _fail(f"cannot serve metrics on port {args.metrics_port}: {_one_line(exc)}")
+                return _fail(
+                    f"cannot serve metrics on {args.metrics_addr}:{args.metrics_port}: "
+                    f"{_one_line(exc)}"
+                )
         if early:
             log.info("signal %d before the worker started: not starting", early[0])
             return EXIT_OK

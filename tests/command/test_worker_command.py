@@ -10,13 +10,13 @@ and exit code 2.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from leasekeeper import LeaseConfig
-from tests.services import CHILD_ENV, MNS_ACCESS_ID, make_client
+from tests.services import CHILD_ENV, MNS_ACCESS_ID, free_port, make_client
 
 JOBS = textwrap.dedent(
     """
@@ -306,9 +306,51 @@ def test_a_missing_sdk_is_one_line_and_exit_2(
     ]
 
 
-def test_metrics_port_serves_or_says_what_it_needs(
+def test_metrics_port_serves_the_worker_s_leases(
     moto_endpoint: str, queue_url: str, workdir: Path
 ) -> None:
+    client = make_client(moto_endpoint)
+    for i in range(3):
+        client.send_message(QueueUrl=queue_url, MessageBody=f"job-{i}")
+    port = free_port()
+    proc = subprocess.Popen(
+        command(
+            "jobs:handle",
+            "--sqs",
+            queue_url,
+            "--metrics-port",
+            str(port),
+            "--metrics-addr",
+            "127.0.0.1",
+            *TIMING,
+        ),
+        cwd=workdir,
+        env=env_for(moto_endpoint),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        started = [proc.stdout.readline() for _ in range(3)]  # every job is running (3 s)
+        assert all(line.startswith("start ") for line in started), started
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+            scraped = answer.read().decode()
+        in_flight = [
+            line for line in scraped.splitlines() if line.startswith("leasekeeper_leases_in_flight")
+        ]
+        assert in_flight == ["leasekeeper_leases_in_flight 3.0"], scraped
+        assert "leasekeeper_leases_registered_total 3.0" in scraped
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+
+
+def test_metrics_port_is_checked_first(moto_endpoint: str, queue_url: str, workdir: Path) -> None:
     result = subprocess.run(
         command("jobs:handle", "--sqs", queue_url, "--metrics-port", "0", "--until-idle", "0.5"),
         cwd=workdir,
@@ -318,25 +360,31 @@ def test_metrics_port_serves_or_says_what_it_needs(
         timeout=60,
         check=False,
     )
-    assert result.returncode == 2 and "must be >= 1" in result.stderr  # a port, checked first
-    port = str(20000 + uuid.uuid4().int % 20000)
+    assert result.returncode == 2 and "must be >= 1" in result.stderr
+
+
+def test_metrics_port_without_the_extra_says_what_it_needs(
+    moto_endpoint: str, queue_url: str, workdir: Path
+) -> None:
+    hidden = workdir / "hidden" / "prometheus_client"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text(
+        "raise ImportError(\"No module named 'prometheus_client'\")\n"
+    )
     result = subprocess.run(
-        command("jobs:handle", "--sqs", queue_url, "--metrics-port", port, "--until-idle", "0.5"),
+        command("jobs:handle", "--sqs", queue_url, "--metrics-port", "9999", "--until-idle", "0.5"),
         cwd=workdir,
-        env=env_for(moto_endpoint),
+        env=env_for(moto_endpoint, PYTHONPATH=str(workdir / "hidden")),
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    if importlib.util.find_spec("leasekeeper.prometheus") is None:
-        assert result.returncode == 2
-        assert result.stderr.splitlines() == [
-            "leasekeeper worker: error: --metrics-port needs leasekeeper[prometheus] "
-            "(pip install 'leasekeeper[prometheus]'): No module named 'leasekeeper.prometheus'"
-        ]
-    else:  # leasekeeper.prometheus.serve_metrics(manager, port) took the port
-        assert result.returncode == 0, result.stderr
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        "leasekeeper worker: error: --metrics-port needs leasekeeper[prometheus]"
+    )
 
 
 # ------------------------------------------------------------------ --help
@@ -352,7 +400,8 @@ def test_help_reads_like_a_man_page() -> None:
                     "exit status:", "example:"):  # fmt: skip
         assert section in text
     for flag in ("--sqs QUEUE_URL", "--mns ENDPOINT QUEUE", "--azure QUEUE", "--concurrency",
-                 "--renewer", "--log-level", "--status-every", "--metrics-port"):  # fmt: skip
+                 "--renewer", "--log-level", "--status-every", "--metrics-port",
+                 "--metrics-addr"):  # fmt: skip
         assert flag in text
     for variable in ("AWS_ENDPOINT_URL_SQS", "MNS_ACCESS_KEY_ID", "AZURE_STORAGE_CONNECTION_STRING",
                      "AZURE_STORAGE_ACCOUNT_URL"):  # fmt: skip
