@@ -273,17 +273,17 @@ def _run_task(spec: _TaskSpec, task: int) -> dict[str, Any]:
                     rows,
                 )
                 batch_no += 1
-            for lease, (row, delete) in zip(leases, results, strict=True):
+            # The batch's deletes in batch calls (up to the backend's max_batch each).
+            done = [lease for lease, (_, delete) in zip(leases, results, strict=True) if delete]
+            for error in manager.complete_many(done) if done else []:
+                if isinstance(error, LeaseLost):
+                    # The row says completed; another task may redo the message and
+                    # write its own completed row, which the result deduplicates.
+                    log.warning("delete after a written row failed: %s", error)
+                elif error is not None:
+                    log.warning("delete failed (the message will reappear): %s", error)
+            for row, _ in results:
                 status = row["status"]
-                if delete:
-                    try:
-                        lease.complete()
-                    except LeaseLost as exc:
-                        # The row says completed; another task may redo the message and
-                        # write its own completed row, which the result deduplicates.
-                        log.warning("delete after a written row failed: %s", exc)
-                    except LeaseError as exc:
-                        log.warning("delete failed (the message will reappear): %s", exc)
                 tally.statuses[status] = tally.statuses.get(status, 0) + 1
     tally.completed = tally.statuses.get("completed", 0)
     tally.released = tally.statuses.get("released", 0)
