@@ -80,6 +80,14 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"azure-servicebus {m['azure_servicebus']}",
         "- every figure in a row was measured in this same run; ratios are baseline / "
         "leasekeeper (higher = leasekeeper better)",
+        *(
+            [
+                f"- re-run on {report['rerun']['date']} and spliced in: "
+                f"{', '.join(report['rerun']['names'])}"
+            ]
+            if report.get("rerun")
+            else []
+        ),
         "",
         "| " + " | ".join(HEADER) + " |",
         "|" + "---|" * len(HEADER),
@@ -147,6 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--output", type=Path, default=RESULTS_DIR, help="where latest.json/.md go")
     parser.add_argument(
+        "--merge", action="store_true",
+        help="with --only: replace those benchmarks in the existing latest.json, keep the rest",
+    )  # fmt: skip
+    parser.add_argument(
         "--update-docs", action="store_true",
         help="also write the table into docs/performance.md's Results section",
     )  # fmt: skip
@@ -169,6 +181,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[bench] {title}: {result.seconds:.1f} s", file=sys.stderr, flush=True)
         results.append(result)
     benches = [r.as_dict() for r in results]
+    rerun: dict[str, Any] = {}
+    total = time.monotonic() - started
+    if args.merge and (args.output / "latest.json").exists():
+        # A re-run of some benchmarks spliced into the last report, in its order; the
+        # report keeps the first run's machine info and says what was re-run, when.
+        previous = json.loads((args.output / "latest.json").read_text(encoding="utf-8"))
+        fresh = {b["name"]: b for b in benches}
+        rerun = {"names": sorted(fresh), "date": machine["date"]}
+        machine, total = previous["machine"], previous["total_seconds"] + total
+        kept = [fresh.pop(b["name"], b) for b in previous["benchmarks"]]
+        benches = kept + list(fresh.values())
     targets = [
         {"benchmark": b["name"], **row}
         for b in benches
@@ -178,8 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     report: dict[str, Any] = {
         "mode": "quick" if args.quick else "full",
         "only": args.only,
+        "rerun": rerun or None,
         "machine": machine,
-        "total_seconds": round(time.monotonic() - started, 1),
+        "total_seconds": round(total, 1),
         "targets": targets,
         "targets_met": sum(t["met"] is True for t in targets),
         "targets_missed": sum(t["met"] is False for t in targets),
