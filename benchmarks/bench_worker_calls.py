@@ -12,46 +12,26 @@ own lease with one delete call). Goal: at most 0.25 calls a message.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from typing import Any
 
-from benchmarks.common import BenchResult, Context, Row, fmt, fmt_ratio, ratio, run_child
+from benchmarks.common import (
+    BenchResult,
+    Context,
+    Row,
+    fmt,
+    fmt_ratio,
+    moto_server,
+    ratio,
+    run_child,
+    sqs_client,
+)
 
 NAME = "worker_calls"
 TITLE = "9. API calls per message (Worker, short jobs, SQS)"
 TARGET = 0.25
 CONCURRENCY = 8
-
-
-def _moto() -> tuple[subprocess.Popen[bytes], str]:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"},
-    )
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def _client(endpoint: str) -> Any:
-    import boto3
-
-    return boto3.client(
-        "sqs",
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
 
 
 def old_loop(backend: Any, jobs: int) -> int:
@@ -103,25 +83,15 @@ def trial(mode: str, jobs: int) -> dict[str, Any]:
     from leasekeeper import Worker
     from leasekeeper.backends.sqs import SQSBackend
 
-    proc, endpoint = _moto()
-    try:
-        admin = _client(endpoint)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                admin.list_queues()
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+    with moto_server() as endpoint:
+        admin = sqs_client(endpoint)
         url = admin.create_queue(QueueName="calls")["QueueUrl"]
         for start in range(0, jobs, 10):
             admin.send_message_batch(
                 QueueUrl=url,
                 Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(start, start + 10)],
             )
-        client = _client(endpoint)
+        client = sqs_client(endpoint)
         calls: Counter[str] = Counter()
 
         def count(model: Any, **_: Any) -> None:
@@ -147,9 +117,6 @@ def trial(mode: str, jobs: int) -> dict[str, Any]:
             "per_message": work / max(1, completed),
             "rate": completed / max(took, 1e-9),
         }
-    finally:
-        proc.terminate()
-        proc.wait()
 
 
 def run(ctx: Context) -> BenchResult:

@@ -13,7 +13,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -248,3 +248,57 @@ def yes_no(met: bool | None) -> str:
 
 def join_nonempty(parts: Iterable[str], sep: str = "; ") -> str:
     return sep.join(p for p in parts if p)
+
+
+MOTO_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+def sqs_client(endpoint: str) -> Any:
+    """A boto3 SQS client of moto's server at ``endpoint`` (its dummy credentials)."""
+    import boto3
+
+    return boto3.client(
+        "sqs",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+@contextlib.contextmanager
+def moto_server(timeout: float = 30.0) -> Iterator[str]:
+    """moto's SQS server as a process of its own on a free loopback port, ready to
+    answer; yields its endpoint."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **MOTO_ENV},
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        admin = sqs_client(endpoint)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                admin.list_queues()
+                break
+            except Exception:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait()
