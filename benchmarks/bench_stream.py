@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +30,17 @@ from typing import Any
 
 from tests import toolchain
 
-from benchmarks.common import BenchResult, Context, Row, fmt, fmt_ratio, ratio
+from benchmarks.common import (
+    MOTO_ENV,
+    BenchResult,
+    Context,
+    Row,
+    fmt,
+    fmt_ratio,
+    moto_server,
+    ratio,
+    sqs_client,
+)
 from leasekeeper import LeaseConfig, Message
 
 NAME = "stream"
@@ -56,39 +64,16 @@ def handle(message: Message) -> int:
 
 @contextmanager
 def moto_sqs() -> Iterator[tuple[Any, str, str]]:
-    import boto3
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    """moto's server with queue "bench"; yields (client, queue URL, endpoint)."""
     # The local server's dummy credentials, for this process, its client and Spark's
     # Python processes (which inherit them when the session starts).
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_EC2_METADATA_DISABLED="true",
-    )
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        client = boto3.client("sqs", region_name="us-east-1", endpoint_url=endpoint)
-        for _ in range(300):
-            try:
-                client.list_queues()
-                break
-            except Exception:
-                time.sleep(0.1)
+    os.environ.update(MOTO_ENV)
+    with moto_server() as endpoint:
+        client = sqs_client(endpoint)
         url = client.create_queue(
             QueueName="bench", Attributes={"VisibilityTimeout": str(VISIBILITY)}
         )["QueueUrl"]
         yield client, url, endpoint
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def fill(client: Any, url: str, count: int) -> None:
