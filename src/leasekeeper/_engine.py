@@ -42,6 +42,7 @@ log = logging.getLogger("leasekeeper.manager")
 
 
 _ACTIVE = LeaseState.ACTIVE
+_INFINITY = math.inf
 _COMPLETED = LeaseState.COMPLETED
 _ABANDONED = LeaseState.ABANDONED
 _weakref = weakref.ref
@@ -145,7 +146,7 @@ class RenewalEngine:
         and every name it needs bound in ``__init__``.
         """
         visible_until = message.visible_until
-        if visible_until - visible_until != 0.0:  # inf - inf and NaN - NaN are NaN
+        if not -_INFINITY < visible_until < _INFINITY:  # no comparison holds for NaN
             raise ValueError(
                 f"message {message.id!r} has no finite deadline ({visible_until!r}): "
                 "give it a finite visibility_timeout"

@@ -21,7 +21,7 @@ from leasekeeper._calls import checked
 from leasekeeper._engine import RenewalEngine
 from leasekeeper._extend import RETRY_BASE
 from leasekeeper._record import LeaseRecord, LeaseState
-from leasekeeper.backends.base import Handle, Outcome
+from leasekeeper.backends.base import OK, Handle, Outcome
 from leasekeeper.clock import Clock, now_function
 from leasekeeper.errors import BackendError, LeaseError, LeaseLost
 
@@ -32,6 +32,7 @@ log = logging.getLogger("leasekeeper.manager")
 OP_ATTEMPTS = 4
 
 _ACTIVE = LeaseState.ACTIVE
+_OK = OK
 _new_tuple = tuple.__new__  # builds a Handle without NamedTuple's Python-level __new__
 _COMPLETED = LeaseState.COMPLETED
 LAPSED = "lapsed: its invisibility ran out before it was extended"
@@ -62,6 +63,7 @@ class HandlerOps:
         self._clock = engine.clock
         self._now = now_function(engine.clock)
         self._config = engine.config
+        self._calls = engine.calls  # the engine's one Calls, never replaced
 
     @property
     def clock(self) -> Clock:
@@ -82,7 +84,7 @@ class HandlerOps:
             ) and not self.prepare_delete(record):
                 return
             message = record.message
-            calls = self.engine.calls
+            calls = self._calls
             if calls.observers:  # timed and told: not the hot path any more
                 first = calls.call(message.backend, "delete", [record.handle()], 0.0)[0]
                 self.finish_delete(record, self.retry(record, "delete", 0.0, first))
@@ -93,15 +95,16 @@ class HandlerOps:
                 )
             except Exception as exc:
                 answer = exc
-            if type(answer) is list and len(answer) == 1:
-                first = answer[0]
-                if (
-                    type(first) is Outcome
-                    and first.kind == "ok"
-                    and (self._now() < record.visible_until or message.backend.rotates_receipts)
-                ):
-                    self.engine.end_completed(record)
-                    return
+            # The common answer is [OK] itself (the shared instance); any other answer,
+            # a well-formed success included, takes the general path below.
+            if (
+                type(answer) is list
+                and len(answer) == 1
+                and answer[0] is _OK
+                and (self._now() < record.visible_until or message.backend.rotates_receipts)
+            ):
+                self.engine.end_completed(record)
+                return
             first = checked(message.backend, "delete", 1, answer)[0]
             self.finish_delete(record, self.retry(record, "delete", 0.0, first))
         finally:

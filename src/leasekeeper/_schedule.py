@@ -109,10 +109,8 @@ class Schedule:
         self._gen = gen = self._gen + 1
         record.gen = gen
         record.due = due
-        heap = lane.heap
-        _heappush(heap, (due, gen, message_id))
-        if lane.stale > _REBUILD_MIN and lane.stale * 2 > len(heap):
-            self._rebuild(lane)
+        # No rebuild check here: adding an entry never makes stale ones a larger share.
+        _heappush(lane.heap, (due, gen, message_id))
 
     def remove(self, lane: Lane, record: LeaseRecord) -> None:
         """Forget an ended lease; its heap entry, if any, is now stale."""
@@ -128,6 +126,8 @@ class Schedule:
                 heap.pop()
             else:
                 lane.stale += 1
+                if lane.stale > _REBUILD_MIN and lane.stale * 2 > len(heap):
+                    self._rebuild(lane)
         leases = lane.leases
         message_id = record.message.id
         if leases.get(message_id) is record:

@@ -125,7 +125,12 @@ class MemoryQueue:
         # delete() counts on every handler's hot path.
         self._calls: dict[str, int] = dict.fromkeys(_OPERATIONS, 0)
         self._entries: dict[str, int] = dict.fromkeys(_OPERATIONS, 0)
-        self._single_deletes = 0  # one-handle delete calls, counted apart: the hot path
+        # One-handle delete calls are not counted in _calls/_entries (that is the
+        # register/complete hot path): a successful one is counted by deleted_count
+        # alone, a refused one here; batch deletes' successes are counted apart, so
+        # single calls = deleted_count - _batch_deleted + _single_refused.
+        self._single_refused = 0
+        self._batch_deleted = 0
 
     def spec(self) -> NoReturn:
         """A MemoryQueue lives in this process's memory: no other process can reach it."""
@@ -163,7 +168,7 @@ class MemoryQueue:
         """Backend calls so far, per operation (a snapshot)."""
         with self._mutex:
             calls = dict(self._calls)
-            calls["delete"] += self._single_deletes
+            calls["delete"] += self._single_delete_calls()
         return calls
 
     @property
@@ -171,8 +176,11 @@ class MemoryQueue:
         """Entries across those calls, per operation (a snapshot)."""
         with self._mutex:
             entries = dict(self._entries)
-            entries["delete"] += self._single_deletes
+            entries["delete"] += self._single_delete_calls()
         return entries
+
+    def _single_delete_calls(self) -> int:
+        return self.deleted_count - self._batch_deleted + self._single_refused
 
     # ------------------------------------------------------------------ inspecting
 
@@ -335,10 +343,10 @@ class MemoryQueue:
             mutex = self._mutex
             mutex.acquire()  # not ``with``: half the cost in CPython 3.11
             try:
-                self._single_deletes += 1
                 found = self._records.get(message_id)
                 if found is None or receipt != found.receipt:
-                    return [self._delete_one(message_id, receipt)]  # says which refusal
+                    self._single_refused += 1
+                    return [self._refusal(found)]
                 # Gone from _records is gone: receive and _promote skip what is not
                 # there, so its heap entries and version need no update.
                 del self._records[message_id]
@@ -352,16 +360,20 @@ class MemoryQueue:
             self._check_batch("delete", handles)
             return [self._delete_one(message_id, receipt) for message_id, receipt in handles]
 
+    @staticmethod
+    def _refusal(found: _Stored | None) -> Outcome:
+        """Why a delete of a message that is gone (None) or whose receipt is stale is refused."""
+        return _NOT_EXIST if found is None else _STALE
+
     def _delete_one(self, message_id: str, receipt: str) -> Outcome:
         found = self._records.get(message_id)
-        if found is None:
-            return _NOT_EXIST
-        if receipt != found.receipt:
-            return _STALE
+        if found is None or receipt != found.receipt:
+            return self._refusal(found)
         del self._records[message_id]
         found.version += 1
         found.in_ready = False
         self.deleted_count += 1
+        self._batch_deleted += 1
         if self.history:
             self.deleted_ids.append(message_id)
         return OK
