@@ -81,12 +81,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         "- every figure in a row was measured in this same run; ratios are baseline / "
         "leasekeeper (higher = leasekeeper better)",
         *(
-            [
-                f"- re-run on {report['rerun']['date']} and spliced in: "
-                f"{', '.join(report['rerun']['names'])}"
-            ]
-            if report.get("rerun")
-            else []
+            f"- re-run on {rerun['date']} and spliced in: {', '.join(rerun['names'])}"
+            for rerun in report.get("rerun") or ()
         ),
         "",
         "| " + " | ".join(HEADER) + " |",
@@ -181,14 +177,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[bench] {title}: {result.seconds:.1f} s", file=sys.stderr, flush=True)
         results.append(result)
     benches = [r.as_dict() for r in results]
-    rerun: dict[str, Any] = {}
+    rerun: list[dict[str, Any]] = []
     total = time.monotonic() - started
     if args.merge and (args.output / "latest.json").exists():
         # A re-run of some benchmarks spliced into the last report, in its order; the
         # report keeps the first run's machine info and says what was re-run, when.
         previous = json.loads((args.output / "latest.json").read_text(encoding="utf-8"))
         fresh = {b["name"]: b for b in benches}
-        rerun = {"names": sorted(fresh), "date": machine["date"]}
+        # Every splice is kept, oldest first (an older report holds one, as a dict).
+        earlier = previous.get("rerun") or []
+        rerun = [*(earlier if isinstance(earlier, list) else [earlier])]
+        rerun.append({"names": sorted(fresh), "date": machine["date"]})
         machine, total = previous["machine"], previous["total_seconds"] + total
         kept = [fresh.pop(b["name"], b) for b in previous["benchmarks"]]
         benches = kept + list(fresh.values())
