@@ -116,6 +116,10 @@ class LeaseRecord:
             raise TypeError(f"{cls.__qualname__} adds fields; build it with {cls.__qualname__}()")
         new, active, new_lock = _new_object, LeaseState.ACTIVE, _new_lock
 
+        # The fields are written out again here rather than by calling __init__ on
+        # the new object: __init__ is shared by every record class, so CPython's
+        # specialising interpreter cannot keep its slot stores specialised, and that
+        # call measured as slow as cls(...) itself (0.27 µs more per register).
         def make(message: Message, registered_at: float) -> R:
             record = new(cls)
             record.owner = owner
