@@ -32,7 +32,6 @@ log = logging.getLogger("leasekeeper.manager")
 OP_ATTEMPTS = 4
 
 _ACTIVE = LeaseState.ACTIVE
-_OK = OK
 _new_tuple = tuple.__new__  # builds a Handle without NamedTuple's Python-level __new__
 _COMPLETED = LeaseState.COMPLETED
 LAPSED = "lapsed: its invisibility ran out before it was extended"
@@ -100,7 +99,7 @@ class HandlerOps:
             if (
                 type(answer) is list
                 and len(answer) == 1
-                and answer[0] is _OK
+                and answer[0] is OK
                 and (self._now() < record.visible_until or message.backend.rotates_receipts)
             ):
                 self.engine.end_completed(record)
