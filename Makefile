@@ -70,7 +70,7 @@ $(AZURITE): package.json | $(PY) $(NODE_DEPS)
 demo: $(VENV)/.demo-deps
 	@$(PY) -m leasekeeper demo
 
-CODE := $(wildcard src tests examples benchmarks)
+CODE := $(wildcard src tests examples benchmarks conftest.py)
 
 lint: $(VENV)/.test-deps
 	@$(VENV)/bin/ruff check --quiet $(CODE)
