@@ -98,4 +98,4 @@ def test_python_dash_m_entry_point() -> None:
         timeout=60,
     )
     assert result.returncode == 2
-    assert "extend_threshold (40)" in result.stderr
+    assert "--extend-threshold (40) must be less than --visibility-timeout (30)" in result.stderr
