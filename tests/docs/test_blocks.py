@@ -135,6 +135,33 @@ for message in queue.receive(max_messages=10):
         )
 
 
+def test_the_same_batch_leased_at_receipt_passes(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    harness = run_page(
+        tmp_path,
+        request,
+        """
+<!-- invisible-code-block: python
+from leasekeeper.testing import ManualClock
+clock = ManualClock()
+queue = harness.memory_queue(messages=3, visibility_timeout=30, clock=clock)
+harness.slow_first_job(60, clock=clock)
+-->
+
+```python
+from leasekeeper import LeaseManager
+
+manager = LeaseManager(queue, visibility_timeout=60, clock=clock)
+for held in manager.receive(max_messages=10):
+    with held:
+        process(held.message.body)
+```
+""",
+    )
+    assert sorted(harness.processed) == ["job-1", "job-2", "job-3"]
+
+
 def test_the_operator_ends_a_loop_that_runs_until_interrupted(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
