@@ -14,6 +14,7 @@ import pytest
 from leasekeeper import LeaseManager, demo
 from leasekeeper.cli import main
 from leasekeeper.demo import LONG_UNITS, run_demo
+from tests.helpers import svg_text_problems
 
 
 @pytest.mark.realtime
@@ -64,6 +65,8 @@ def test_demo_shows_the_trade_and_leasekeeper_ends_it(
     assert sum(c.startswith("run") for c in marks) == sum(len(r) for r in runs.values())
     assert marks.count("renewal") == leased.extensions
     assert marks.count("run duplicate") == short_no_lease.duplicates
+    # No text of the picture overlaps another or leaves the canvas.
+    assert svg_text_problems(svg.read_text()) == []
 
 
 @pytest.mark.realtime

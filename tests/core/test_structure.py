@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "leasekeeper"
@@ -121,3 +123,22 @@ def test_design_doc_stands_alone() -> None:
     assert "DESIGN.md" not in text
     for n in range(1, 9):
         assert re.search(rf"^{n}\. \*\*", text, re.MULTILINE), f"rule {n} is not stated"
+
+
+def test_import_leasekeeper_needs_no_sdk_and_offers_memory_queue() -> None:
+    """``from leasekeeper import MemoryQueue`` works, and importing the package loads
+    no SDK (boto3, the MNS and Azure SDKs, PySpark, OpenTelemetry, Prometheus)."""
+    code = (
+        "import sys\n"
+        "from leasekeeper import MemoryQueue\n"
+        "queue = MemoryQueue()\n"
+        "queue.send('job')\n"
+        "assert queue.receive()[0].body == 'job'\n"
+        "sdks = ('boto3', 'botocore', 'mns', 'azure', 'pyspark', 'opentelemetry',"
+        " 'prometheus_client')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in sdks))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (result.returncode, result.stdout.strip()) == (0, "[]"), result.stderr
