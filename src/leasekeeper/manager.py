@@ -1,12 +1,11 @@
-"""LeaseManager: the facade a worker uses - register, lease, leased, get, close, stats.
+"""LeaseManager: the facade a worker uses - receive, register, lease, leased, get,
+close, stats.
 
-Behind it (see docs/design.md, "Module map"):
-
-- ``_schedule``: which leases exist and when each is due (pure data);
-- ``_engine``: the renewal engine - extend pipeline, outcomes, retry policy;
-- ``_dispatch``: the scheduler thread and the dispatch pool that run it;
-- ``_handler_ops``: complete, release and close()'s release of everything;
-- ``_metrics``: counters, timing samples, rate-limited warnings.
+Behind it, in internal modules (docs/design.md, "Module map", names them): the
+schedule of which leases exist and when each is due, the renewal engine (extend
+pipeline, outcomes, retry policy), the scheduler thread and its dispatch pool, the
+handler operations (complete, release, close()'s release of everything) and the
+metrics (counters, timing samples, rate-limited warnings).
 
 On a driven clock (``leasekeeper.testing.ManualClock``) there is no scheduler
 thread: ``clock.advance()`` runs due work inline at each due time, in order, so
