@@ -68,7 +68,7 @@ def evaluate_block(example: Example) -> None:
     )
     # Line numbers of the page, so that a failure shows the block, not the page above it.
     code = shifted(code, example.line + example.parsed.line_offset)
-    with harness.running_block():
+    with harness.running_block(example.path):
         if code.co_flags & inspect.CO_COROUTINE:
             harness.loop.run_until_complete(eval(code, namespace))
         else:

@@ -200,9 +200,10 @@ class Operator:
     operator sent it, and fails the block when the queues were not drained in time.
     """
 
-    def __init__(self, drained: Callable[[], bool], within: float) -> None:
+    def __init__(self, drained: Callable[[], bool], within: float, page: str) -> None:
         self.drained = drained
         self.within = within
+        self.page = page  # the file the block's code comes from
         self.sent = 0
         self.timed_out = False
         self._done = threading.Event()
@@ -211,8 +212,12 @@ class Operator:
         self._previous: Any = None
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
-        if not self._done.is_set():
-            raise KeyboardInterrupt
+        # Only into the block's own code: a Ctrl-C that lands as the block ends (in
+        # __exit__, say) must not interrupt pytest itself.
+        while frame is not None:
+            if frame.f_code.co_filename == self.page and not self._done.is_set():
+                raise KeyboardInterrupt
+            frame = frame.f_back
 
     def _press(self) -> None:
         assert self._main is not None
@@ -449,13 +454,13 @@ class DocsHarness:
         return all(queue.left() == 0 for queue in self.tracked)
 
     @contextlib.contextmanager
-    def running_block(self) -> Iterator[None]:
-        """Around one block: the operator if asked for, then the checks."""
+    def running_block(self, page: str) -> Iterator[None]:
+        """Around one block of ``page``: the operator if asked for, then the checks."""
         within, self._interrupt_within = self._interrupt_within, None
         if within is None:
             yield
         else:
-            with Operator(self.drained, within):
+            with Operator(self.drained, within, page):
                 yield
         self.check_block()
 
