@@ -17,9 +17,11 @@ from leasekeeper.errors import ConfigError
 DESCRIPTION = """\
 Keep queue messages invisible while workers process them.
 
-  leasekeeper worker MODULE:HANDLER --sqs URL   run a handler on a queue (--help: all flags)
-  leasekeeper demo                              the three-way comparison, in memory
-  leasekeeper config --visibility-timeout 60    check a lease configuration"""
+  leasekeeper worker MODULE:HANDLER --sqs URL  run a handler on a queue
+  leasekeeper demo                             the trade it ends, in memory
+  leasekeeper config --visibility-timeout 60   check a lease configuration
+
+leasekeeper COMMAND --help says more."""
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -19,6 +19,7 @@ import inspect
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -52,11 +53,11 @@ renews while the handler runs, so the queue can keep a short visibility timeout
 (a crashed worker's messages come back quickly) and still run long jobs (no
 second worker receives a message that is being handled).
 
-HANDLER is called with one leasekeeper Message (.id, .body, .receive_count). A
-normal return deletes the message; an exception releases it (visible again
-after --release-delay); a lease lost meanwhile deletes nothing. A plain function
-runs on a Worker, --concurrency threads; an "async def" function on an
-AsyncWorker, --concurrency coroutines on one event loop whose renewals and
+HANDLER is called with one leasekeeper Message (.id, .body, .receive_count).
+A normal return deletes the message; an exception releases it (visible again
+after --release-delay); a lease lost meanwhile deletes nothing. A plain
+function runs on a Worker, --concurrency threads; an "async def" function on
+an AsyncWorker, --concurrency coroutines on one event loop whose renewals and
 service calls run off the loop.
 
 The worker runs until SIGTERM or SIGINT (Ctrl-C): it stops receiving, lets the
@@ -67,17 +68,20 @@ wait. Every --status-every seconds it writes one status line to stderr."""
 
 EPILOG = """\
 environment:
-  SQS (--sqs)      AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (AWS_SESSION_TOKEN for
-                   temporary credentials), or AWS_PROFILE, or boto3's other sources
-                   (config files, an instance or task role). The region: --region,
-                   else the one in an amazonaws.com queue URL, else AWS_REGION, else
+  SQS (--sqs)      AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY
+                   (AWS_SESSION_TOKEN for temporary credentials), or
+                   AWS_PROFILE, or boto3's other sources (config files, an
+                   instance or task role). The region: --region, else the one
+                   in an amazonaws.com queue URL, else AWS_REGION, else
                    AWS_DEFAULT_REGION, else the config files. The endpoint:
-                   --endpoint-url, else AWS_ENDPOINT_URL_SQS, else AWS_ENDPOINT_URL.
-  MNS (--mns)      MNS_ACCESS_KEY_ID, MNS_ACCESS_KEY_SECRET, and MNS_SECURITY_TOKEN
-                   for temporary credentials.
-  Azure (--azure)  AZURE_STORAGE_CONNECTION_STRING; or AZURE_STORAGE_ACCOUNT_URL
-                   with AZURE_STORAGE_SAS_TOKEN or AZURE_STORAGE_ACCOUNT_KEY, or
-                   with azure-identity's DefaultAzureCredential when neither is set.
+                   --endpoint-url, else AWS_ENDPOINT_URL_SQS, else
+                   AWS_ENDPOINT_URL.
+  MNS (--mns)      MNS_ACCESS_KEY_ID, MNS_ACCESS_KEY_SECRET, and
+                   MNS_SECURITY_TOKEN for temporary credentials.
+  Azure (--azure)  AZURE_STORAGE_CONNECTION_STRING; or
+                   AZURE_STORAGE_ACCOUNT_URL with AZURE_STORAGE_SAS_TOKEN or
+                   AZURE_STORAGE_ACCOUNT_KEY, or with azure-identity's
+                   DefaultAzureCredential when neither is set.
   With --renewer process the renewer process reads the same variables.
   Credentials are never logged or shown.
 
@@ -111,8 +115,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Flags wrapped to the terminal (at most 88 columns, at least 60); the
+    description and epilog are written to fit 80 columns as they stand."""
+
     def __init__(self, prog: str) -> None:
-        super().__init__(prog, max_help_position=28, width=88)
+        columns = shutil.get_terminal_size((88, 24)).columns - 1
+        super().__init__(prog, max_help_position=28, width=max(60, min(88, columns)))
 
 
 # ------------------------------------------------------------------ the parser
