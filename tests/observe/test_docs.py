@@ -131,3 +131,14 @@ def test_the_api_reference_shows_no_internal_module_and_leads_with_the_main_clas
     assert [m for m in shown if any(p.startswith("_") for p in m.split("."))] == []
     manager = (DOCS / "reference" / "manager.md").read_text()
     assert re.search(r"members:\s+- LeaseManager\s+- Stats", manager)
+
+
+def test_the_home_page_code_is_whole_and_fits_its_box() -> None:
+    """docs/index.md's example imports what it uses (its test runs it with nothing
+    but the queue set up) and no line of it scrolls out of the code box."""
+    text = (DOCS / "index.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
+    assert blocks, "the home page shows how it is used"
+    for block in blocks:
+        assert "import boto3" in block or "boto3" not in block
+        assert max(len(line) for line in block.splitlines()) <= 79
