@@ -227,7 +227,7 @@ class Operator:
     def _watch(self) -> None:
         deadline = time.monotonic() + self.within
         last = 0.0
-        while not self._done.wait(0.02):
+        while not self._done.wait(0.05):
             now = time.monotonic()
             if now > deadline:
                 self.timed_out = True
