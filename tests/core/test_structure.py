@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "leasekeeper"
@@ -173,3 +175,22 @@ def test_one_place_decides_a_lapse() -> None:
     readers = sorted(name for name, path in core.items() if ".rotates_receipts" in path.read_text())
     # _extend reads it once more, to hand back a message whose lease already ended.
     assert readers == ["leasekeeper._extend", "leasekeeper._lapse"]
+
+
+def test_import_leasekeeper_needs_no_sdk_and_offers_memory_queue() -> None:
+    """``from leasekeeper import MemoryQueue`` works, and importing the package loads
+    no SDK (boto3, the MNS and Azure SDKs, PySpark, OpenTelemetry, Prometheus)."""
+    code = (
+        "import sys\n"
+        "from leasekeeper import MemoryQueue\n"
+        "queue = MemoryQueue()\n"
+        "queue.send('job')\n"
+        "assert queue.receive()[0].body == 'job'\n"
+        "sdks = ('boto3', 'botocore', 'mns', 'azure', 'pyspark', 'opentelemetry',"
+        " 'prometheus_client')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in sdks))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (result.returncode, result.stdout.strip()) == (0, "[]"), result.stderr
