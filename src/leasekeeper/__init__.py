@@ -8,7 +8,14 @@ still run long jobs (no second worker grabs a message that is being processed).
 
 from leasekeeper.backends.base import Backend, Handle, Message, Outcome
 from leasekeeper.config import LeaseConfig
-from leasekeeper.defaults import configure, default_manager, lease, leased, shutdown
+from leasekeeper.defaults import (
+    configure,
+    default_manager,
+    lease,
+    leased,
+    receive,
+    shutdown,
+)
 from leasekeeper.errors import (
     BackendError,
     ConfigError,
@@ -18,7 +25,7 @@ from leasekeeper.errors import (
     ManagerClosed,
     ReceiveError,
 )
-from leasekeeper.lease import Lease, LeaseScope, LeaseState
+from leasekeeper.lease import Lease, LeaseScope, LeaseState, WatchLease
 from leasekeeper.manager import LeaseManager, Stats
 from leasekeeper.worker import Worker, WorkerStats
 
@@ -42,6 +49,7 @@ __all__ = [
     "Outcome",
     "ReceiveError",
     "Stats",
+    "WatchLease",
     "Worker",
     "WorkerStats",
     "__version__",
@@ -49,5 +57,6 @@ __all__ = [
     "default_manager",
     "lease",
     "leased",
+    "receive",
     "shutdown",
 ]
