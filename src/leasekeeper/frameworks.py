@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError, LeaseError
-from leasekeeper.lease import Lease, LeaseState
+from leasekeeper.lease import WatchLease
 from leasekeeper.manager import LeaseManager
 
 __all__ = [
@@ -161,7 +161,7 @@ class FrameworkLeases:
         self._queues: dict[str, QueueLeases | None] = {}
         self._lock = threading.Lock()  # guards creating queues and closing
         # receipt -> lease: the framework's ack, reject or requeue names the receipt.
-        self._leases: dict[str, Lease] = {}
+        self._leases: dict[str, WatchLease] = {}
         self.closed = False
 
     # ------------------------------------------------------------------ queues
@@ -218,7 +218,9 @@ class FrameworkLeases:
 
     # ------------------------------------------------------------------ leases
 
-    def watch(self, queue: QueueLeases, raw: Any, received_at: float | None = None) -> Lease | None:
+    def watch(
+        self, queue: QueueLeases, raw: Any, received_at: float | None = None
+    ) -> WatchLease | None:
         """Adopt ``raw`` (the SDK's message) into ``queue`` and watch it.
 
         ``received_at`` (the manager's clock) is a moment before the receive request
@@ -230,7 +232,7 @@ class FrameworkLeases:
             message = queue.backend.adopt(raw, queue.visibility_timeout)
             if received_at is not None:
                 message = received_before(message, received_at)
-            lease = _watch(queue.manager, message)
+            lease = queue.manager.watch(message)
         except LeaseError as exc:
             if not self.closed:
                 log.warning(
@@ -250,9 +252,9 @@ class FrameworkLeases:
         flight. An unknown receipt (a message not watched) does nothing."""
         lease = self._leases.pop(receipt, None)
         if lease is not None:
-            _forget(lease)
+            lease.forget()
 
-    def lease(self, receipt: str) -> Lease | None:
+    def lease(self, receipt: str) -> WatchLease | None:
         """The watch lease of the message whose receipt is ``receipt``, if any."""
         return self._leases.get(receipt)
 
@@ -265,9 +267,7 @@ class FrameworkLeases:
             self.closed = True
             queues = [queue for queue in self._queues.values() if queue is not None]
         for queue in queues:
-            for lease in queue.manager.leases():
-                _forget(lease)
-            queue.manager.close(release=False)
+            queue.manager.close()  # forgets watch leases; releases nothing
         self._leases.clear()
 
 
@@ -275,16 +275,3 @@ def _message_id(raw: Any) -> str:
     if isinstance(raw, Mapping):
         return str(raw.get("MessageId", "?"))
     return str(getattr(raw, "message_id", "?"))
-
-
-# --- prototype shim, until LeaseManager.watch / Lease.forget land on main ---------
-
-
-def _watch(manager: LeaseManager, message: Message) -> Lease:
-    return manager.register(message)
-
-
-def _forget(lease: Lease) -> None:
-    with lease.op_lock:
-        engine = lease.owner.engine  # type: ignore[attr-defined]
-        engine.end(lease, LeaseState.RELEASED, "forgotten")

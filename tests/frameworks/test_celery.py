@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import base64
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 from tests.frameworks.celery_app import NOOP, RUN, make_app
 from tests.frameworks.conftest import VISIBILITY
-from tests.frameworks.scenarios import Setting, long_tasks_and_a_killed_worker, short_tasks
+from tests.frameworks.scenarios import LongTasks, Setting, ShortTasks
 from tests.frameworks.sqs_proxy import CountingProxy
 from tests.frameworks.workers import WorkerProcess, WorkerSet
 
@@ -91,19 +92,23 @@ class CeleryRig:
         return str(ast.literal_eval(envelope["headers"]["argsrepr"])[0])
 
 
-def test_long_tasks_run_once_and_a_killed_workers_task_comes_back(
+def test_long_tasks_run_once_killed_workers_tasks_come_back_short_tasks_cost_no_more(
     proxy: CountingProxy, workers: WorkerSet, sqs: Any, moto_endpoint: str, tmp_path: Path
 ) -> None:
-    rig = CeleryRig(moto_endpoint, prefetch=2)
-    long_tasks_and_a_killed_worker(rig, Setting(proxy, workers, sqs, tmp_path / "journal"))
-
-
-def test_short_tasks_cost_no_more_calls_than_without(
-    proxy: CountingProxy, workers: WorkerSet, sqs: Any, moto_endpoint: str, tmp_path: Path
-) -> None:
-    # One child, prefetch 1: every receive returns one message, with or without
+    setting = Setting(proxy, workers, sqs, tmp_path / "journal")
+    long_tasks = LongTasks(CeleryRig(moto_endpoint, prefetch=2), setting)
+    # One child and a prefetch of 1: every receive returns one message, with or without
     # leasekeeper, so the two runs make the same calls but for leasekeeper's own. (A
     # full prefetch buffer makes kombu wait its polling interval before the next
     # receive: 10 ms, not 100, or the tasks queue up behind it.)
-    rig = CeleryRig(moto_endpoint, prefetch=1, poll=0.01)
-    short_tasks(rig, Setting(proxy, workers, sqs, tmp_path / "journal"))
+    short_tasks = ShortTasks(
+        CeleryRig(moto_endpoint, prefetch=1, poll=0.01), setting, tasks=200, concurrency=1
+    )
+    # Both at once: the short tasks are sent, and run, while the long ones run.
+    long_tasks.begin()
+    with ThreadPoolExecutor(1) as sender:
+        sent = sender.submit(short_tasks.begin)
+        long_tasks.finish()
+        sent.result()
+    cost = short_tasks.finish()
+    print(f"\n{cost}; failover after SIGKILL {long_tasks.failover:.2f}s")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from tests.frameworks.conftest import VISIBILITY
 from tests.frameworks.dramatiq_broker import NOOP, RUN, make_broker, message
-from tests.frameworks.scenarios import Setting, long_tasks_and_a_killed_worker, short_tasks
+from tests.frameworks.scenarios import LongTasks, Setting, ShortTasks
 from tests.frameworks.sqs_proxy import CountingProxy
 from tests.frameworks.workers import WorkerProcess, WorkerSet
 
@@ -89,17 +90,20 @@ class DramatiqRig:
         return str(json.loads(base64.b64decode(body))["args"][0])
 
 
-def test_long_tasks_run_once_and_a_killed_workers_task_comes_back(
+def test_long_tasks_run_once_killed_workers_tasks_come_back_short_tasks_cost_no_more(
     proxy: CountingProxy, workers: WorkerSet, sqs: Any, moto_endpoint: str, tmp_path: Path
 ) -> None:
+    setting = Setting(proxy, workers, sqs, tmp_path / "journal")
     rig = DramatiqRig(moto_endpoint)
-    long_tasks_and_a_killed_worker(rig, Setting(proxy, workers, sqs, tmp_path / "journal"))
-
-
-def test_short_tasks_cost_no_more_calls_than_without(
-    proxy: CountingProxy, workers: WorkerSet, sqs: Any, moto_endpoint: str, tmp_path: Path
-) -> None:
+    long_tasks = LongTasks(rig, setting)
     # dramatiq-sqs receives its whole prefetch (2 x threads) whenever its buffer is
     # empty and a slot is free, so the batches are the same with or without leasekeeper.
-    rig = DramatiqRig(moto_endpoint)
-    short_tasks(rig, Setting(proxy, workers, sqs, tmp_path / "journal"), concurrency=4)
+    short_tasks = ShortTasks(rig, setting, tasks=200, concurrency=4)
+    # Both at once: the short tasks are sent, and run, while the long ones run.
+    long_tasks.begin()
+    with ThreadPoolExecutor(1) as sender:
+        sent = sender.submit(short_tasks.begin)
+        long_tasks.finish()
+        sent.result()
+    cost = short_tasks.finish()
+    print(f"\n{cost}; failover after SIGKILL {long_tasks.failover:.2f}s")
