@@ -75,6 +75,10 @@ class WatchingConsumer(SQSConsumer):  # type: ignore[misc]
         self.leases = leases
         self.client = client
         self.clock = clock
+        # Set up now, in the consumer thread before its first receive: a manager with
+        # renewer="process" takes seconds to start its process, which a message
+        # received meanwhile would spend out of its lease.
+        self.watched = leases.queue(queue.url, self._setup)
 
     def _setup(self) -> QueueSetup:
         backend = SQSBackend(self.client, self.queue.url, clock=self.clock)
@@ -99,7 +103,7 @@ class WatchingConsumer(SQSConsumer):  # type: ignore[misc]
         started = self.clock.now()
         message = super().__next__()
         if message is not None:
-            queue = self.leases.queue(self.queue.url, self._setup)
+            queue = self.watched or self.leases.queue(self.queue.url, self._setup)
             if queue is not None:
                 for received in (message, *self.messages):
                     self.leases.watch(queue, received._sqs_message, received_at=started)

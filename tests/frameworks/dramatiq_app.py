@@ -3,7 +3,8 @@
 Set by the test through the environment, as for tests/frameworks/celery_app.py:
 ``LK_ENDPOINT``, ``LK_QUEUE``, ``LK_VISIBILITY``, ``LK_LEASES`` ("1": the two lines
 of docs/dramatiq.md are in; "0": plain dramatiq-sqs receiving with the same
-visibility timeout, the control), ``LK_JOURNAL``, ``LK_WORKER``.
+visibility timeout, the control), ``LK_RENEWER`` (LeaseMiddleware's ``renewer``),
+``LK_JOURNAL``, ``LK_WORKER``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ broker = make_broker(os.environ.get("LK_ENDPOINT", ""))
 if os.environ.get("LK_LEASES") == "1":
     from leasekeeper.dramatiq import LeaseMiddleware
 
-    broker.add_middleware(LeaseMiddleware(visibility_timeout=VISIBILITY))
+    # LK_RENEWER=process: renewals in a process of their own (docs/dramatiq.md).
+    renewer = os.environ.get("LK_RENEWER")
+    options = {"renewer": renewer} if renewer else {}
+    broker.add_middleware(LeaseMiddleware(visibility_timeout=VISIBILITY, **options))
 else:
     broker.visibility_timeout = VISIBILITY
 dramatiq.set_broker(broker)

@@ -41,7 +41,9 @@ class Rig(Protocol):
     name: str
     ready: str  # the line a worker logs when it consumes
     own_reads: int  # GetQueueAttributes leasekeeper makes per queue
-    gil_holding_tasks: bool  # may a task hold its GIL without stopping the renewals?
+    # The renewer under which a task may hold its GIL for seconds without stopping
+    # the renewals (None: the default one, where tasks run in other processes).
+    gil_renewer: str | None
     failure_lines: tuple[str, ...]  # what a task that raises logs (expected)
     # Do its receives return the same batches when the queue fills while consumed?
     sends_while_consumed: bool
@@ -63,6 +65,7 @@ class Rig(Protocol):
         journal_path: Path,
         leases: bool,
         concurrency: int,
+        renewer: str | None = None,
     ) -> WorkerProcess: ...
 
     def label(self, body: str) -> str:
@@ -94,8 +97,8 @@ def assert_clean_log(worker: WorkerProcess, *expected: str) -> None:
 
 class LongTasks:
     """Three long-running tasks of a leased worker run once each - one that waits in
-    the prefetch buffer, one that holds its GIL (where the framework runs tasks out of
-    the renewer's process), one that raises - while the same long task on a plain
+    the prefetch buffer, one that holds its GIL (in C, for 4x the timeout), one that
+    raises - while the same long task on a plain
     worker runs more than once; meanwhile, of a pair of leased workers, the one that
     runs a task is SIGKILLed and the other runs it within the timeout.
 
@@ -112,14 +115,23 @@ class LongTasks:
 
     def begin(self) -> None:
         rig, setting = self.rig, self.setting
-        rig.send(self.leased, "long", LONG, busy=rig.gil_holding_tasks)
+        rig.send(self.leased, "long", LONG, busy=True)  # holds its GIL
         rig.send(self.leased, "fail", LONG, fail=True)
+        # Received with the other two (moto answers in the order sent), it waits in the
+        # prefetch buffer while they take both slots.
+        rig.send(self.leased, "waiter", 0.1)
         rig.send(self.plain, "plain-long", LONG)
         rig.send(self.pair_queue, "warm-up")  # makes the queue
         common = {"endpoint": setting.proxy.endpoint, "journal_path": setting.path}
         workers = setting.workers
         self.worker = rig.start(
-            workers, "leased", queue=self.leased, leases=True, concurrency=2, **common
+            workers,
+            "leased",
+            queue=self.leased,
+            leases=True,
+            concurrency=2,
+            renewer=rig.gil_renewer,
+            **common,
         )
         self.control = rig.start(
             workers, "plain", queue=self.plain, leases=False, concurrency=2, **common
@@ -132,12 +144,6 @@ class LongTasks:
     def finish(self) -> None:
         rig, setting = self.rig, self.setting
         proxy, sqs = setting.proxy, setting.sqs
-        wait_for(
-            "both leased slots busy", lambda: setting.started("long") and setting.started("fail")
-        )
-        # Both slots are busy now: this one waits in the prefetch buffer for about LONG s.
-        rig.send(self.leased, "waiter", 0.1)
-
         # The killed worker, while the long tasks run.
         for member in self.pair:
             member.wait_ready(rig.ready)
@@ -183,6 +189,8 @@ class LongTasks:
         # included; without, the long task was delivered again while it ran.
         for label in ("long", "fail", "waiter"):
             assert journal.count(entries, "start", label) == 1, (label, entries)
+        started = {e.label: e.at for e in entries if e.event == "start"}
+        assert started["waiter"] > max(started["long"], started["fail"]) + 2 * VISIBILITY
         assert journal.count(entries, "start", "plain-long") >= 2, entries
         assert journal.count(entries, "start", "victim") == 2
         assert journal.count(entries, "end", "victim") == 1
@@ -195,7 +203,7 @@ class LongTasks:
         }
         assert set(receipts) == {"long", "fail", "waiter"}
         # Renewed to the timeout SQS applies: the waiter while it waited, the long task
-        # (holding its GIL where it runs in a process of its own) while it ran.
+        # while it held its GIL (the renewals run in another process).
         assert {renewal.timeout for renewal in traffic.renewals()} == {VISIBILITY}
         for label in ("long", "waiter", "fail"):
             assert len(traffic.renewals_of(receipts[label])) >= 2, label

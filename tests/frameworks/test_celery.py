@@ -26,7 +26,7 @@ class CeleryRig:
     name = "celery"
     ready = "ready."  # "celery@host ready."
     own_reads = 1  # kombu sends no VisibilityTimeout on receive: the queue's is read
-    gil_holding_tasks = True  # prefork: tasks run in children, renewals in the parent
+    gil_renewer = None  # prefork: tasks run in children, renewals in the parent
     failure_lines = ("planned failure of fail",)
     # With prefetch 1, every receive returns one message whenever the queue fills.
     sends_while_consumed = True
@@ -61,7 +61,9 @@ class CeleryRig:
         journal_path: Path,
         leases: bool,
         concurrency: int,
+        renewer: str | None = None,
     ) -> WorkerProcess:
+        assert renewer is None, "the consumer process renews (docs/celery.md)"
         env = {
             "LK_ENDPOINT": endpoint,
             "LK_QUEUE": queue,

@@ -25,9 +25,9 @@ class DramatiqRig:
     name = "dramatiq"
     ready = "Worker process is ready for action."
     own_reads = 0  # SQSBroker sends its visibility_timeout on every receive
-    # Actors run in threads of the worker process, next to the renewer thread: one
-    # that holds the GIL for seconds would hold the renewals up too (docs/dramatiq.md).
-    gil_holding_tasks = False
+    # Actors run in threads of the worker process, next to the renewal thread: one
+    # that holds the GIL for seconds needs the renewals in a process of their own.
+    gil_renewer = "process"
     failure_lines = ("planned failure of fail", "Retries exceeded for message")
     # A receive returns what is there, up to the prefetch: the queue is filled first.
     sends_while_consumed = False
@@ -69,6 +69,7 @@ class DramatiqRig:
         journal_path: Path,
         leases: bool,
         concurrency: int,
+        renewer: str | None = None,
     ) -> WorkerProcess:
         env = {
             "LK_ENDPOINT": endpoint,
@@ -76,6 +77,7 @@ class DramatiqRig:
             "LK_VISIBILITY": str(VISIBILITY),
             "LK_LEASES": "1" if leases else "0",
             "LK_JOURNAL": str(journal_path),
+            "LK_RENEWER": renewer or "",
         }
         command = [
             "dramatiq",
