@@ -246,3 +246,47 @@ def test_dramatiq_acks_nacks_and_requeues_only_after_the_lease_is_forgotten(
     # The requeued ones are visible again at once: received again, and nothing else.
     again = SQSBackend(broker.sqs.meta.client, plain.queue.url).receive(10, 1.0, 3)
     assert len(again) == 2
+
+
+def test_an_existing_queue_s_own_timeout_rules_and_a_different_celery_one_is_warned_of(
+    kombu_channel: tuple[Any, str], sqs: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    connection, name = kombu_channel
+    sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "5"})  # not kombu's 3
+    channel = connection.default_channel
+    leases = FrameworkLeases("test", {})
+    ChannelWatch(channel, leases)
+    queue = connection.SimpleQueue(name, channel=channel)
+    queue.put("job")
+    with caplog.at_level(logging.INFO, "leasekeeper.celery"):
+        got = queue.get(timeout=5)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "visibility_timeout (3s) is not what SQS applies" in warnings[0].getMessage()
+    (watched,) = leases.queues()
+    assert watched.visibility_timeout == 5
+    assert watched.manager.config.visibility_timeout == 5  # renewals set what SQS applies
+    got.ack()
+    leases.close()
+    queue.close()
+
+
+def test_a_broker_other_than_sqs_keeps_no_leases(caplog: pytest.LogCaptureFixture) -> None:
+    from types import SimpleNamespace
+
+    from leasekeeper.celery import LeaseKeeping
+
+    step = LeaseKeeping.with_options()(SimpleNamespace())
+    for driver, said in (
+        ("azurestoragequeues", "deletes each message as it receives it"),
+        ("redis", "not SQS"),
+    ):
+        parent = SimpleNamespace(
+            connection=SimpleNamespace(transport=SimpleNamespace(driver_type=driver))
+        )
+        with caplog.at_level(logging.WARNING, "leasekeeper.celery"):
+            step.start(parent)
+        assert said in caplog.text
+    assert step.leases is None
+    with pytest.raises(ValueError, match="renewer"):
+        LeaseKeeping.with_options(renewer="process")
