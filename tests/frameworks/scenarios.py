@@ -97,7 +97,7 @@ def assert_clean_log(worker: WorkerProcess, *expected: str) -> None:
 
 class LongTasks:
     """Three long-running tasks of a leased worker run once each - one that waits in
-    the prefetch buffer, one that holds its GIL (in C, for 4x the timeout), one that
+    the prefetch buffer, one that holds its GIL (in C, for its last 10 s), one that
     raises - while the same long task on a plain
     worker runs more than once; meanwhile, of a pair of leased workers, the one that
     runs a task is SIGKILLed and the other runs it within the timeout.
