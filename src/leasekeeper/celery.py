@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from celery import Celery, bootsteps
 
+from leasekeeper.errors import ConfigError
 from leasekeeper.frameworks import FrameworkLeases, check_manager_options
 from leasekeeper.kombu_sqs import ChannelWatch
 
@@ -58,7 +59,7 @@ class LeaseKeeping(bootsteps.StartStopStep):  # type: ignore[misc]
         """A LeaseKeeping step whose managers take ``manager_options``."""
         check_manager_options(manager_options, "leasekeeper.celery")
         if "renewer" in manager_options:
-            raise ValueError(
+            raise ConfigError(
                 "leasekeeper.celery renews in the consumer process, which runs no task "
                 "code under the prefork pool: renewer= does not apply"
             )
