@@ -56,6 +56,8 @@ class Stats:
     forgotten: int = 0  # watch leases whose owner took the message back (lease.forget())
     #: Lost and abandoned leases by ``LostReason`` value ("lapsed", "rejected", ...).
     lost_reasons: dict[str, int] = field(default_factory=dict)
+    #: Poison messages sent to the dead-letter queue (and deleted from theirs).
+    dead_lettered: int = 0
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)

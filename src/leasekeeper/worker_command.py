@@ -207,6 +207,19 @@ def worker_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def failure_flags(p: argparse.ArgumentParser) -> None:
+    dead = p.add_argument_group("poison messages")
+    dead.add_argument(
+        "--dead-letter",
+        metavar="URL|NAME",
+        help="where a message goes once it failed --max-receives times (default 5 with "
+        "this flag): copied there, then deleted from its queue. A queue URL, or the name "
+        "of a queue on the same service (on Azure, 'poison' is <queue>-poison, created "
+        "if missing). Without it, failing messages are retried with growing delays, and "
+        "left to the queue's own redrive policy if it has one",
+    )
+
+
 def lease_flags(p: argparse.ArgumentParser) -> None:
     add_config_flags(
         p.add_argument_group(
@@ -251,6 +264,7 @@ FLAG_GROUPS: tuple[Callable[[argparse.ArgumentParser], None], ...] = (
     sqs_flags,
     worker_flags,
     lease_flags,
+    failure_flags,
     output_flags,
 )
 
@@ -589,6 +603,7 @@ def _make_worker(
         "shutdown_timeout": args.shutdown_timeout,
         "config": config,
         "renewer": args.renewer,
+        "dead_letter": args.dead_letter,
     }
     if args.concurrency is not None:
         common["concurrency"] = args.concurrency

@@ -235,3 +235,16 @@ def test_a_late_success_on_a_lease_that_ended_meanwhile_is_handed_back(rotating_
     ((hand_back, args),) = rotating_rig.ledger.submitted
     hand_back(*args)  # the message is hidden with nobody on it: released at once
     assert rotating_rig.backend.inner.visible_count() == 1
+
+
+@pytest.mark.parametrize(
+    ("lag", "latency", "advice"),
+    [(6.0, 0.1, "renewer='process'"), (0.1, 6.0, "raise extend_threshold")],
+)
+def test_the_margin_warning_advises_what_fits_the_cause(
+    lag: float, latency: float, advice: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING", logger="leasekeeper.manager")
+    Extender._warn_margin(lag, latency, 10.0)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert advice in line
