@@ -312,6 +312,7 @@ class AzureQueueBackend(CloudBackend):
     """
 
     service = "Azure queue"
+    receipt_name = "pop receipt"
     logger = log
     bad_argument_code = "OutOfRangeQueryParameterValue [visibilitytimeout]"
     min_receive_visibility = 1

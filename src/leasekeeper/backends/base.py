@@ -735,6 +735,8 @@ class CloudBackend:
 
     #: Names the service in errors and logs ("SQS", "MNS", "Azure queue").
     service: ClassVar[str] = "queue service"
+    #: What the service calls a receipt ("receipt handle", "pop receipt").
+    receipt_name: ClassVar[str] = "receipt"
     #: Where failures are logged (the backend module's logger).
     logger: ClassVar[logging.Logger] = logging.getLogger("leasekeeper.backends")
     #: The service's code for a malformed argument, for outcomes of calls not sent.
@@ -819,8 +821,8 @@ class CloudBackend:
             raise ValueError(f"the {self.service} message has no id: it cannot be leased")
         if not isinstance(receipt, str) or not receipt:
             raise ValueError(
-                f"message {id!r} has no receipt (was it peeked or sent rather than "
-                "received?): it cannot be leased"
+                f"message {id!r} has no {self.receipt_name} (was it peeked or sent rather "
+                "than received?): it cannot be leased"
             )
         capped = self.hard_deadline_after(received_at)
         if capped is not None and (hard_deadline is None or capped < hard_deadline):

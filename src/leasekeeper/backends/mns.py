@@ -308,6 +308,7 @@ class MNSBackend(CloudBackend):
     """
 
     service = "MNS"
+    receipt_name = "receipt handle"
     logger = log
     bad_argument_code = "InvalidArgument"
     min_receive_visibility = MIN_VISIBILITY  # the change after a receive refuses 0
@@ -407,11 +408,7 @@ class MNSBackend(CloudBackend):
         return connection.queue
 
     def close(self) -> None:
-        """Close the connections of the per-thread clients this backend made.
-
-        A thread that calls the backend afterwards gets a new client. The ``Queue``
-        you passed in is untouched: it is yours.
-        """
+        """Close the per-thread clients (a later call makes new ones); not your Queue."""
         self._clients.close()
 
     def _secrets(self, handles: Iterable[str] = ()) -> list[str]:

@@ -295,6 +295,7 @@ class SQSBackend(CloudBackend):
     """
 
     service = "SQS"
+    receipt_name = "receipt handle"
     logger = log
     bad_argument_code = "InvalidParameterValue"
     min_receive_visibility = 0  # VisibilityTimeout=0: received and visible at once
@@ -354,9 +355,8 @@ class SQSBackend(CloudBackend):
         )
 
     def sibling(self, name: str, *, create: bool = False) -> SQSBackend:
-        """The queue ``name`` of the same account, region and endpoint, through the
-        same client (GetQueueUrl; with ``create``, CreateQueue, which answers the URL
-        of a queue that exists). A failure raises ``ReceiveError``."""
+        """The queue ``name`` through the same client (GetQueueUrl; with ``create``,
+        CreateQueue, which answers the URL of a queue that exists too)."""
         if create:
             attributes: Any = {"FifoQueue": "true"} if name.endswith(".fifo") else {}
             answer = self.call(
