@@ -7,6 +7,7 @@ still run long jobs (no second worker grabs a message that is being processed).
 """
 
 from leasekeeper.backends.base import Backend, Handle, Message, Outcome
+from leasekeeper.backends.registry import connect
 from leasekeeper.config import LeaseConfig
 from leasekeeper.defaults import configure, default_manager, lease, leased, shutdown
 from leasekeeper.errors import (
@@ -46,6 +47,7 @@ __all__ = [
     "WorkerStats",
     "__version__",
     "configure",
+    "connect",
     "default_manager",
     "lease",
     "leased",

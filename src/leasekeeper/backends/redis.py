@@ -6,9 +6,9 @@
 
     backend = leasekeeper.connect("redis://localhost:6379/0?stream=jobs&group=workers")
     with leasekeeper.LeaseManager(backend, visibility_timeout=30) as manager:
-        for held in manager.receive(max_messages=10, wait_seconds=5):
-            with held:
-                handle(held.message.body)
+        for message in backend.receive(max_messages=10, wait_seconds=5):
+            with manager.lease(message):
+                handle(message.body)
 
 A message is a stream entry; its body is the entry's field ``body`` and its other
 fields are its attributes. How a consumer group maps onto the backend contract
@@ -62,11 +62,11 @@ from leasekeeper.backends.base import (
     clean_code,
     text_body,
 )
-from leasekeeper.backends.registry import URLSpec, parse_url
+from leasekeeper.backends.registry import URLSpec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
 from leasekeeper.errors import ConfigError
 
-__all__ = ["RedisEntry", "RedisStreamsBackend", "from_url"]
+__all__ = ["DEFAULT_GROUP", "RedisEntry", "RedisStreamsBackend"]
 
 log = logging.getLogger("leasekeeper.backends.redis")
 
@@ -76,7 +76,6 @@ DEFAULT_GROUP = "leasekeeper"
 # An idle receive blocks in slices this long, looking for reclaimable entries in
 # between: XREADGROUP's BLOCK wakes for new entries only, not for released ones.
 RECLAIM_EVERY = 1.0
-SOCKET_TIMEOUT = 10.0
 
 ERRORS = ErrorTable(
     retry="BUSY LOADING MASTERDOWN TRYAGAIN CLUSTERDOWN READONLY OOM",
@@ -388,39 +387,3 @@ class RedisStreamsBackend(CloudBackend):
         if isinstance(exc, ConfigError):
             return Outcome("fatal", detail=str(exc))
         return Outcome("retry", detail=name)
-
-
-def from_url(
-    url: str,
-    *,
-    stream: str | None = None,
-    group: str | None = None,
-    consumer: str | None = None,
-    visibility_timeout: float = 30.0,
-    clock: Clock | None = None,
-) -> RedisStreamsBackend:
-    """The ``redis``/``rediss`` schemes of ``leasekeeper.connect``:
-    ``redis://[user:password@]host:port/db?stream=S&group=G`` (``stream`` and
-    ``group`` as options too; the group defaults to "leasekeeper"). Without a
-    password in the URL, ``REDIS_PASSWORD`` (and ``REDIS_USERNAME``) from the
-    environment, if set. Other query parameters are redis-py's connection options."""
-    parsed = parse_url(url, what="a Redis Streams URL")
-    stream = stream or parsed.query.get("stream")
-    if not stream:
-        raise ValueError(f"{parsed.text!r} names no stream: redis://host:port/db?stream=S&group=G")
-    group = group or parsed.query.get("group") or DEFAULT_GROUP
-    base, _, query = url.partition("?")
-    extra = "&".join(p for p in query.split("&") if p.split("=")[0] not in ("stream", "group"))
-    options: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT}
-    if not parsed.password and os.environ.get("REDIS_PASSWORD"):
-        options["password"] = os.environ["REDIS_PASSWORD"]
-        options["username"] = os.environ.get("REDIS_USERNAME") or None
-    client = redis.Redis.from_url(base + (f"?{extra}" if extra else ""), **options)
-    return RedisStreamsBackend(
-        client,
-        stream,
-        group,
-        consumer=consumer,
-        visibility_timeout=visibility_timeout,
-        clock=clock,
-    )

@@ -258,9 +258,41 @@ def memory(url: str, **options: Any) -> MemoryQueue:
     return named_queue(parsed.host, **options)
 
 
-def redis(url: str, **options: Any) -> RedisStreamsBackend:
+def redis(
+    url: str,
+    *,
+    stream: str | None = None,
+    group: str | None = None,
+    consumer: str | None = None,
+    visibility_timeout: float = 30.0,
+    clock: Clock | None = None,
+) -> RedisStreamsBackend:
     """Redis Streams: ``redis://[user:password@]host:port/db?stream=S&group=G``
-    (``rediss://`` over TLS); see ``leasekeeper.backends.redis.from_url``."""
-    from leasekeeper.backends.redis import from_url
+    (``rediss://`` over TLS; ``stream`` and ``group`` as options too; the group
+    defaults to "leasekeeper"). Without a password in the URL, ``REDIS_PASSWORD``
+    (and ``REDIS_USERNAME``) from the environment, if set: a spec carries none.
+    Other query parameters are redis-py's connection options. ``consumer``,
+    ``visibility_timeout``: ``RedisStreamsBackend``'s."""
+    import redis as redis_py
 
-    return from_url(url, **options)
+    from leasekeeper.backends.redis import DEFAULT_GROUP, RedisStreamsBackend
+
+    parsed = parse_url(url, what="a Redis Streams URL")
+    stream = stream or parsed.query.get("stream")
+    if not stream:
+        raise ValueError(f"{parsed.text!r} names no stream: redis://host:port/db?stream=S&group=G")
+    base, _, query = url.partition("?")
+    kept = "&".join(p for p in query.split("&") if p.split("=")[0] not in ("stream", "group"))
+    options: dict[str, Any] = {"socket_timeout": 10.0}
+    if not parsed.password and os.environ.get("REDIS_PASSWORD"):
+        options["password"] = os.environ["REDIS_PASSWORD"]
+        options["username"] = os.environ.get("REDIS_USERNAME") or None
+    client = redis_py.Redis.from_url(base + (f"?{kept}" if kept else ""), **options)
+    return RedisStreamsBackend(
+        client,
+        stream,
+        group or parsed.query.get("group") or DEFAULT_GROUP,
+        consumer=consumer,
+        visibility_timeout=visibility_timeout,
+        clock=clock,
+    )
