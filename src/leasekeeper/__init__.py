@@ -9,7 +9,14 @@ still run long jobs (no second worker grabs a message that is being processed).
 from leasekeeper.backends.base import Backend, Handle, Message, Outcome
 from leasekeeper.backends.registry import connect
 from leasekeeper.config import LeaseConfig
-from leasekeeper.defaults import configure, default_manager, lease, leased, shutdown
+from leasekeeper.defaults import (
+    configure,
+    default_manager,
+    lease,
+    leased,
+    receive,
+    shutdown,
+)
 from leasekeeper.errors import (
     BackendError,
     ConfigError,
@@ -19,7 +26,7 @@ from leasekeeper.errors import (
     ManagerClosed,
     ReceiveError,
 )
-from leasekeeper.lease import Lease, LeaseScope, LeaseState
+from leasekeeper.lease import Lease, LeaseScope, LeaseState, WatchLease
 from leasekeeper.manager import LeaseManager, Stats
 from leasekeeper.worker import Worker, WorkerStats
 
@@ -43,6 +50,7 @@ __all__ = [
     "Outcome",
     "ReceiveError",
     "Stats",
+    "WatchLease",
     "Worker",
     "WorkerStats",
     "__version__",
@@ -51,5 +59,6 @@ __all__ = [
     "default_manager",
     "lease",
     "leased",
+    "receive",
     "shutdown",
 ]

@@ -25,6 +25,7 @@ from leasekeeper._handler_ops import LAPSED, HandlerOps
 from leasekeeper._record import LeaseRecord, LeaseState
 from leasekeeper.backends.base import Backend, Outcome, chunked
 from leasekeeper.errors import LeaseError
+from leasekeeper.lease import WatchLease
 
 log = logging.getLogger("leasekeeper.manager")
 
@@ -133,6 +134,11 @@ class BatchOps:
             if not record.op_lock.acquire(timeout=wait):
                 continue
             if record.state is not _ACTIVE:
+                record.op_lock.release()
+                continue
+            if isinstance(record, WatchLease):
+                # Its owner (a framework) ends the message; leasekeeper only stops.
+                engine.end(record, LeaseState.FORGOTTEN, "forgotten by close()")
                 record.op_lock.release()
                 continue
             backend = record.message.backend

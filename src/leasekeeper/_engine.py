@@ -374,6 +374,9 @@ class RenewalEngine:
             if stop_handler:
                 self.pending.append(record)
             return
+        if state is LeaseState.FORGOTTEN:
+            metrics.forgotten += 1
+            return
         if state is LeaseState.LOST:
             metrics.lost += 1
         else:

@@ -244,6 +244,14 @@ class HandlerOps:
         finally:
             self.after_op(record)
 
+    def forget(self, record: LeaseRecord) -> None:
+        """Stop renewing ``record`` without a call to the service. The op lock is held
+        by an extend for as long as its call is out, so taking it here waits for that
+        call: no extend of this lease reaches the service after this returns."""
+        with record.op_lock:
+            self.engine.end(record, LeaseState.FORGOTTEN, "forgotten: its owner took it back")
+        self.engine.drain()
+
     def abandon(self, record: LeaseRecord, reason: str) -> None:
         """Stop renewing ``record`` and report it (as max_lease_duration would)."""
         self.engine.end(record, LeaseState.ABANDONED, reason)

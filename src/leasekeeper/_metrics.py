@@ -53,6 +53,7 @@ class Stats:
     extend_latency_p50: float
     extend_latency_p99: float
     extend_threshold: float = 0.0  # the threshold in force (adapted with "auto")
+    forgotten: int = 0  # watch leases whose owner took the message back (lease.forget())
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -118,6 +119,7 @@ class Metrics:
         "extend_errors",
         "extend_latency",
         "extended",
+        "forgotten",
         "lapses",
         "lost",
         "margin_warnings",
@@ -132,7 +134,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registered = self.extended = self.extend_calls = self.extend_errors = 0
         self.retries = self.lost = self.completed = self.released = 0
-        self.abandoned = self.capped = self.lapses = 0
+        self.abandoned = self.capped = self.lapses = self.forgotten = 0
         self.callback_errors = self.scheduler_errors = self.margin_warnings = 0
         self.scheduler_lag = SampleRing()
         self.send_lag = SampleRing()
@@ -171,6 +173,7 @@ class Metrics:
             extend_latency_p50=percentile(latency, 0.50),
             extend_latency_p99=percentile(latency, 0.99),
             extend_threshold=threshold,
+            forgotten=self.forgotten,
         )
 
     # ------------------------------------------------------------------ rate-limited warnings

@@ -43,7 +43,7 @@ from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import Clock, SystemClock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError, LeaseError, LeaseLost, LeaseTooShort, ManagerClosed
-from leasekeeper.lease import Lease
+from leasekeeper.lease import Lease, WatchLease
 from leasekeeper.observers import CallEvent, Observer
 
 log = logging.getLogger("leasekeeper.renewer")
@@ -56,6 +56,12 @@ class RemoteLease(Lease):
 
     __slots__ = ("key",)
     key: int
+
+
+class RemoteWatchLease(RemoteLease, WatchLease):
+    """A watch lease (``LeaseManager.watch``) renewed in the renewer process."""
+
+    __slots__ = ()
 
 
 class ProcessRenewer:
@@ -173,7 +179,7 @@ class ProcessRenewer:
         link = self._link
         return not self._closed and link is not None and link.alive
 
-    def register(self, message: Message) -> RemoteLease:
+    def register(self, message: Message, *, watch: bool = False) -> RemoteLease:
         if message.backend is not self.backend:
             raise ConfigError(
                 f"a process renewer renews the messages of {self.backend!r} only, "
@@ -199,7 +205,7 @@ class ProcessRenewer:
                 raise LeaseTooShort(message.id, visible_until - now, self.config.minimal_life)
             if self._link is None:
                 self._link = self._new_link()  # the last one died: a new one, now
-            lease = RemoteLease(self, message, now)
+            lease = (RemoteWatchLease if watch else RemoteLease)(self, message, now)
             lease.key = key = next(self._keys)
             self._leases[key] = lease
             self._by_message[message.id] = lease
@@ -216,6 +222,7 @@ class ProcessRenewer:
                 message.deadline_hint,
                 message.hard_deadline,
                 message.receive_count,
+                watch,
             )
         )
         return lease
@@ -240,6 +247,14 @@ class ProcessRenewer:
         self._end(remote, LeaseState.ABANDONED, reason, signal=True)
         with contextlib.suppress(LeaseLost, OSError):  # gone: nothing renews it anyway
             self._send(("abandon", remote.key, reason))
+
+    def forget(self, lease: Lease) -> None:
+        remote = _remote(lease)
+        if remote.state is not LeaseState.ACTIVE:
+            return
+        # The renewer answers once no extend of it is in flight there.
+        self._ask(lambda r: ("forget", r, remote.key))
+        self._end(remote, LeaseState.FORGOTTEN, "forgotten: its owner took it back")
 
     def complete_many(self, leases: Sequence[Lease]) -> list[BaseException | None]:
         remotes = [_remote(lease) for lease in leases]

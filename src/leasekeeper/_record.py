@@ -34,6 +34,7 @@ class LeaseState(str, enum.Enum):
     RELEASED = "released"  # made visible again (handler failed, or close())
     LOST = "lost"  # the service says the receipt is dead, or the deadline passed
     ABANDONED = "abandoned"  # renewing stopped: max_lease_duration or the service's cap
+    FORGOTTEN = "forgotten"  # renewing stopped at the owner's word (lease.forget()): untouched
 
     def __str__(self) -> str:
         return self.value

@@ -240,7 +240,7 @@ class ChildRenewer:
                     self._done.set()
                     return
                 tag = frame[0]
-                if tag not in ("complete", "release"):
+                if tag not in ("complete", "release", "forget"):
                     self._handle(frame)
                     continue
                 with self._busy_lock:
@@ -248,6 +248,8 @@ class ChildRenewer:
             try:
                 if tag == "complete":
                     self._complete(frame[1], self._find(frame[2]))
+                elif tag == "forget":
+                    self._forget(frame[1], frame[2])
                 else:
                     self._release(frame[1], self._find(frame[2]), frame[3], frame[4])
             except Exception:
@@ -272,6 +274,8 @@ class ChildRenewer:
                     self._complete(frame[1], self._find(frame[2]))
                 elif tag == "release":
                     self._release(frame[1], self._find(frame[2]), frame[3], frame[4])
+                elif tag == "forget":
+                    self._forget(frame[1], frame[2])
                 elif tag != "close":
                     self._handle(frame)
         except (EOFError, OSError):
@@ -323,6 +327,7 @@ class ChildRenewer:
             deadline_hint,
             hard_deadline,
             receive_count,
+            watch,
         ) = frame
         message = Message(
             id=message_id,
@@ -336,12 +341,20 @@ class ChildRenewer:
             hard_deadline=hard_deadline,
         )
         try:
-            lease = self._manager.register(message)
+            lease = (self._manager.watch if watch else self._manager.register)(message)
         except LeaseError as exc:
             self._outbox.put(("ended", key, LeaseState.LOST.value, str(exc), True))
             return
         self._leases[key] = lease
         self._keys[id(lease)] = key
+
+    def _forget(self, request: int, key: int) -> None:
+        """Stop renewing one lease; answered once no extend of it is in flight (it
+        waits for the lease's op lock), off the reading thread so others go on."""
+        lease = self._leases.get(key)
+        if lease is not None:
+            lease.forget()
+        self._outbox.reply(("done", request, None))
 
     def _find(self, keys: Sequence[int]) -> list[Lease | None]:
         return [self._leases.get(key) for key in keys]

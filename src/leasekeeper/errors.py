@@ -47,7 +47,9 @@ class LeaseTooShort(LeaseError):
         super().__init__(
             f"message {message_id!r} has {remaining:.3f}s of invisibility left, "
             f"less than minimal_life ({minimal_life:g}s): it could reappear before "
-            "the first extend; receive it again or lower minimal_life"
+            "the first extend. Register at receipt: manager.receive(...) leases each "
+            "message the instant it arrives (a message left waiting in a list burns "
+            "its invisibility)"
         )
         self.message_id = message_id
         self.remaining = remaining

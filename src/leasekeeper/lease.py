@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Protocol
 from leasekeeper._record import LeaseRecord, LeaseState
 from leasekeeper.backends.base import Message
 from leasekeeper.clock import Clock
-from leasekeeper.errors import BackendError, LeaseLost
+from leasekeeper.errors import BackendError, LeaseError, LeaseLost
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["Lease", "LeaseOwner", "LeaseScope", "LeaseState"]
+__all__ = ["Lease", "LeaseOwner", "LeaseScope", "LeaseState", "WatchLease"]
 
 log = logging.getLogger("leasekeeper.manager")
 
@@ -42,14 +42,22 @@ class LeaseOwner(Protocol):
 
     def abandon(self, lease: Lease, reason: str) -> None: ...
 
+    def forget(self, lease: Lease) -> None: ...
+
 
 class Lease(LeaseRecord):
     """One message's lease. Obtain it from ``LeaseManager.register`` or ``lease(msg)``.
 
     Public API: ``message``, ``id``, ``state``, ``lost``, ``is_lost``, ``check()``,
-    ``complete()``, ``release(delay)``, ``extensions``, ``visible_until``,
-    ``visible_for()``, ``registered_at``, ``reason``. The other attributes are the
-    renewal engine's bookkeeping (see ``LeaseRecord``).
+    ``complete()``, ``release(delay)``, ``forget()``, ``extensions``,
+    ``receive_count``, ``visible_until``, ``visible_for()``, ``registered_at``,
+    ``reason``. The other attributes are the renewal engine's bookkeeping (see
+    ``LeaseRecord``).
+
+    A lease is also a context manager with ``with lease(msg)``'s semantics, for the
+    leases ``LeaseManager.receive()`` returns: ``with held:`` completes the message
+    when the block succeeds, releases it when the block raises, and raises
+    ``LeaseLost`` (deleting nothing) when the lease was lost meanwhile.
     """
 
     __slots__ = ("__weakref__",)
@@ -58,6 +66,12 @@ class Lease(LeaseRecord):
     @property
     def id(self) -> str:
         return self.message.id
+
+    @property
+    def receive_count(self) -> int:
+        """How many times the service has delivered this message, this time included
+        (SQS ApproximateReceiveCount, MNS DequeueCount, Azure dequeue_count)."""
+        return self.message.receive_count
 
     @property
     def lost(self) -> threading.Event:
@@ -99,15 +113,84 @@ class Lease(LeaseRecord):
         """
         self.owner.release(self, delay)
 
+    def forget(self) -> None:
+        """Stop renewing, without deleting or releasing the message: whoever owns it
+        (a framework that acks it itself) takes it from here. Returns once no extend
+        of it is in flight, so a visibility change made after it is never overwritten
+        by a late extend. The lease ends ``FORGOTTEN``; forgetting an ended lease
+        does nothing."""
+        self.owner.forget(self)
+
     def visible_for(self) -> float:
         """Seconds the message is still known to stay invisible (0 when past)."""
         return max(0.0, self.visible_until - self.owner.clock.now())
 
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        settle(self, exc_type, None)
+
     def __repr__(self) -> str:
         return (
-            f"<Lease id={self.message.id!r} state={self.state.value} "
+            f"<{type(self).__name__} id={self.message.id!r} state={self.state.value} "
             f"extensions={self.extensions} visible_for={self.visible_for():.1f}s>"
         )
+
+
+class WatchLease(Lease):
+    """A lease leasekeeper renews but never ends: ``LeaseManager.watch(message)``.
+
+    The message belongs to someone else (a framework such as Celery or Dramatiq,
+    which deletes or requeues it itself); leasekeeper keeps it invisible until that
+    owner calls ``forget()``, and reports it like any lease if it is lost.
+    ``complete()`` and ``release()`` raise ``LeaseError``; ``close()`` forgets
+    watch leases, it never releases them.
+    """
+
+    __slots__ = ()
+
+    def complete(self) -> None:
+        raise LeaseError(
+            f"lease on message {self.message.id!r} is a watch: its owner deletes the "
+            "message and then calls forget()"
+        )
+
+    def release(self, delay: float | None = None) -> None:
+        raise LeaseError(
+            f"lease on message {self.message.id!r} is a watch: its owner requeues the "
+            "message and then calls forget()"
+        )
+
+    def __enter__(self) -> Lease:
+        raise LeaseError("a watch lease is not a scope: its owner ends the message")
+
+
+def settle(lease: Lease, exc_type: type[BaseException] | None, delay: float | None) -> None:
+    """End a leased block: complete on success, release on an exception (which the
+    caller re-raises), ``LeaseLost`` when the lease was lost and nothing was deleted."""
+    if exc_type is None:
+        try:
+            lease.complete()
+        except BackendError:
+            # The handler succeeded but the delete keeps failing: stop renewing so
+            # the message comes back and is done again, rather than hide it for ever.
+            lease.owner.abandon(lease, "delete failed: left to lapse")
+            raise
+        return
+    try:
+        lease.release(delay)
+    except LeaseLost:
+        pass  # already reported as lost; the handler's own exception matters more
+    except Exception:
+        # The handler's own exception matters more; the lease is left to
+        # lapse, so the message still comes back.
+        log.exception("release of message %r after a handler error failed", lease.id)
 
 
 class LeaseScope:
@@ -143,20 +226,4 @@ class LeaseScope:
     ) -> None:
         lease = self._lease
         assert lease is not None, "LeaseScope exited without entering"
-        if exc_type is None:
-            try:
-                lease.complete()
-            except BackendError:
-                # The handler succeeded but the delete keeps failing: stop renewing so
-                # the message comes back and is done again, rather than hide it for ever.
-                lease.owner.abandon(lease, "delete failed: left to lapse")
-                raise
-            return
-        try:
-            lease.release(self._delay)
-        except LeaseLost:
-            pass  # already reported as lost; the handler's own exception matters more
-        except Exception:
-            # The handler's own exception matters more; the lease is left to
-            # lapse, so the message still comes back.
-            log.exception("release of message %r after a handler error failed", lease.id)
+        settle(lease, exc_type, self._delay)

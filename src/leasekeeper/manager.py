@@ -15,6 +15,8 @@ tests are deterministic and fast.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
 import random
@@ -34,14 +36,16 @@ from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.decorator import wrap_in_lease
-from leasekeeper.errors import ConfigError, ManagerClosed
-from leasekeeper.lease import Lease, LeaseScope
+from leasekeeper.errors import ConfigError, LeaseTooShort, ManagerClosed
+from leasekeeper.lease import Lease, LeaseScope, WatchLease
 from leasekeeper.observers import Observer
 
 if TYPE_CHECKING:
     from types import TracebackType
 
 __all__ = ["LeaseManager", "LeaseScope", "OnLost", "Stats"]
+
+log = logging.getLogger("leasekeeper.manager")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -97,6 +101,7 @@ class LeaseManager:
         # Builds the lease on register: Lease(owner, message, registered_at), through
         # Lease.maker, which skips type.__call__'s dispatch to __init__ (hot path).
         self._new_lease = Lease.maker(self._ops)
+        self._new_watch = WatchLease.maker(self._ops)
         if backend is not None:
             check_backend(backend, self.config)
         # The completes and releases waiting to share a batch call (made on first use).
@@ -194,12 +199,8 @@ class LeaseManager:
         left and ``ManagerClosed`` after ``close()``. Registering a message that is
         already leased returns the same lease.
         """
-        if not isinstance(message, Message):
-            raise TypeError(
-                "register() takes a leasekeeper Message (from backend.receive() or "
-                f"backend.adopt(raw)), got {type(message).__module__}."
-                f"{type(message).__qualname__}"
-            )
+        if not isinstance(message, Message):  # inline: the register hot path
+            self._check_message(message)
         ended_ref = message.ended_lease
         if ended_ref is not None and not self.closed:
             ended = ended_ref()
@@ -211,6 +212,64 @@ class LeaseManager:
         # is a function call, and this is the register/complete hot path).
         return self._engine.register(message, self._new_lease)  # type: ignore[return-value]
 
+    def watch(self, message: Message) -> WatchLease:
+        """Renew ``message`` for an owner that ends it itself (a framework that acks,
+        rejects or requeues it): leasekeeper never deletes or releases a watch lease.
+        The owner calls ``lease.forget()`` once it has; a lost watch is reported like
+        any lease. Raises as ``register`` does."""
+        self._check_message(message)
+        if self._remote is not None:
+            return self._remote.register(message, watch=True)  # type: ignore[return-value]
+        return self._engine.register(message, self._new_watch)  # type: ignore[return-value]
+
+    def receive(self, max_messages: int = 1, wait_seconds: float = 0.0) -> list[Lease]:
+        """Receive up to ``max_messages`` messages from the manager's backend (waiting
+        up to ``wait_seconds`` for the first) and return them leased: each is renewed
+        from the instant it arrived, so a message waiting its turn in the list never
+        burns its invisibility. Use each as ``with held:`` (complete on success,
+        release on an exception).
+
+        A message that arrives with less than ``minimal_life`` of its invisibility
+        left (a long poll that outlasted it) is not leased: it is left to reappear,
+        with a warning.
+        """
+        backend = self.backend
+        if backend is None:
+            raise ConfigError(
+                "receive() needs a backend: LeaseManager(queue, ...) receives from `queue`"
+            )
+        if self.closed:
+            raise ManagerClosed("this LeaseManager is closed; it receives nothing")
+        cfg = self.config
+        if not (isinstance(wait_seconds, (int, float)) and not isinstance(wait_seconds, bool)):
+            raise TypeError(f"wait_seconds must be a number of seconds, got {wait_seconds!r}")
+        if not 0 <= wait_seconds < cfg.visibility_timeout - cfg.minimal_life:
+            # The deadline counts from just before the receive is sent (rule 1): a
+            # message that arrives at the end of a longer wait could not be leased.
+            raise ValueError(
+                f"wait_seconds ({wait_seconds!r}) must be >= 0 and less than "
+                f"visibility_timeout - minimal_life ({cfg.visibility_timeout - cfg.minimal_life:g})"
+            )
+        messages = backend.receive(
+            max_messages=max_messages,
+            wait_seconds=wait_seconds,
+            visibility_timeout=cfg.visibility_timeout,
+        )
+        leases: list[Lease] = []
+        for index, message in enumerate(messages):
+            try:
+                leases.append(self.register(message))
+            except LeaseTooShort as exc:
+                log.warning("%s; leaving it to reappear", exc)
+            except ManagerClosed:
+                # Closed under us: hand back what was not leased, so nobody waits a
+                # whole timeout for it.
+                rest = [m.handle for m in messages[index:]]
+                with contextlib.suppress(Exception):
+                    backend.release(rest, 0.0)
+                raise
+        return leases
+
     def _tell_lost(self, record: LeaseRecord, reason: str) -> object:
         # Read at each call, so on_lost can be set after construction. The engine
         # ends LeaseRecords; every record this manager registers is a Lease.
@@ -218,6 +277,15 @@ class LeaseManager:
         if callback is None or not isinstance(record, Lease):
             return None
         return callback(record, reason)
+
+    @staticmethod
+    def _check_message(message: object) -> None:
+        if not isinstance(message, Message):
+            raise TypeError(
+                "register() takes a leasekeeper Message (from backend.receive() or "
+                f"backend.adopt(raw)), got {type(message).__module__}."
+                f"{type(message).__qualname__}"
+            )
 
     def lease(self, message: Message, *, release_delay: float | None = None) -> LeaseScope:
         """``with manager.lease(msg) as lease:`` - see ``LeaseScope``."""
