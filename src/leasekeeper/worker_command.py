@@ -69,6 +69,8 @@ environment:
   Azure (--azure)  AZURE_STORAGE_CONNECTION_STRING; or AZURE_STORAGE_ACCOUNT_URL
                    with AZURE_STORAGE_SAS_TOKEN or AZURE_STORAGE_ACCOUNT_KEY, or
                    with azure-identity's DefaultAzureCredential when neither is set.
+  --queue URL      the variables of the URL's service, as above (redis://: the
+                   URL's password, or REDIS_PASSWORD).
   With --renewer process the renewer process reads the same variables.
   Credentials are never logged or shown.
 
@@ -159,7 +161,7 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog=PROG,
         usage=(
-            f"{PROG} MODULE:HANDLER (--sqs QUEUE_URL | --mns ENDPOINT QUEUE | "
+            f"{PROG} MODULE:HANDLER (--queue URL | --sqs QUEUE_URL | --mns ENDPOINT QUEUE | "
             "--azure QUEUE) [options]"
         ),
         description=DESCRIPTION,
@@ -182,6 +184,13 @@ def parser() -> argparse.ArgumentParser:
         "and the queue name",
     )
     queue.add_argument("--azure", metavar="QUEUE", help="an Azure Storage queue, by its name")
+    queue.add_argument(
+        "--queue",
+        metavar="URL",
+        help="any queue by URL, as leasekeeper.connect takes it: https://sqs.REGION."
+        "amazonaws.com/ACCOUNT/NAME, sqs://NAME, mns://HOST/QUEUE, azure://ACCOUNT/QUEUE, "
+        "redis://HOST:PORT/DB?stream=S&group=G, or an installed plug-in's scheme",
+    )
 
     run = p.add_argument_group("worker")
     run.add_argument(
@@ -318,6 +327,10 @@ def build_backend(args: argparse.Namespace) -> Backend:
     """The backend the queue flags name, from its spec (credentials from the
     environment)."""
     try:
+        if getattr(args, "queue", None) is not None:
+            from leasekeeper.backends.registry import connect
+
+            return connect(args.queue)
         if args.sqs is not None:
             from leasekeeper.backends.sqs import SQSSpec
 

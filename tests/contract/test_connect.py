@@ -14,9 +14,8 @@ import os
 import pickle
 import subprocess
 import sys
-import textwrap
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,10 @@ import pytest
 import leasekeeper
 from leasekeeper import Backend, LeaseManager, LeaseState
 from leasekeeper.backends.memory import MemoryQueue
-from leasekeeper.backends.registry import ENTRY_POINT_GROUP, URLSpec, installed_schemes
+from leasekeeper.backends.registry import URLSpec, installed_schemes
 from leasekeeper.backends.sqs import SQSBackend
 from tests.azure.settings import ACCOUNT
+from tests.plugin import write_plugin
 from tests.services import MNSServer, make_client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -229,41 +229,16 @@ def test_where_an_sqs_client_takes_its_region_and_endpoint(
 
 # ---------------------------------------------------------------- a third party's scheme
 
-PLUGIN = '''
-"""A third party's backend: "relay://<stream>", Redis Streams on RELAY_REDIS_URL's server,
-under its own class and scheme. leasekeeper knows nothing of it."""
-
-import os
-
-import leasekeeper
-from leasekeeper.backends.base import ForwardingBackend
-
-
-class RelayBackend(ForwardingBackend):
-    pass
-
-
-def factory(url, **options):
-    stream = url.split("://", 1)[1]
-    inner = leasekeeper.connect(f"{os.environ['RELAY_REDIS_URL']}?stream={stream}", **options)
-    return RelayBackend(inner)
-'''
-
 
 @pytest.fixture
-def plugin(tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """The package ``relay_plugin`` as ``pip install`` leaves it: the module and a
-    dist-info whose entry point registers the scheme ``relay``, on ``sys.path`` (and
-    on ``PYTHONPATH`` for processes started meanwhile)."""
-    (tmp_path / "relay_plugin.py").write_text(textwrap.dedent(PLUGIN))
-    info = tmp_path / "relay_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: relay-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nrelay = relay_plugin:factory\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(REPO)]))
+def plugin(tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The package ``relay_plugin`` as ``pip install`` leaves it (tests/plugin.py),
+    on ``sys.path`` and on ``PYTHONPATH`` for the processes started meanwhile."""
+    where = write_plugin(tmp_path)
+    monkeypatch.syspath_prepend(str(where))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(where), str(REPO)]))
     monkeypatch.setenv("RELAY_REDIS_URL", redis_url)
-    yield tmp_path
+    return where
 
 
 def test_a_third_partys_scheme_through_connect_specs_and_the_process_renewer(

@@ -65,15 +65,14 @@ def sqs(
     """SQS: ``https://sqs.<region>.amazonaws.com/<account>/<name>`` is a queue by its
     URL; ``sqs://<name>`` a queue by its name (GetQueueUrl). Another ``http(s)://``
     URL is taken only when its host is the endpoint's: ``endpoint_url``, else
-    ``AWS_ENDPOINT_URL`` (a local stand-in, a VPC endpoint); any other is a
+    ``AWS_ENDPOINT_URL_SQS``, else ``AWS_ENDPOINT_URL`` (a local stand-in, a VPC
+    endpoint); any other is a
     ValueError. The region: ``region``, else the URL's, else ``AWS_REGION``, else
     ``AWS_DEFAULT_REGION``, else the SDK's configuration. Credentials come from
     boto3's chain (environment, shared files, instance role), never the URL.
     ``client_retries`` and ``max_lease_age``: ``SQSBackend``'s.
     """
-    import boto3
-    from botocore.config import Config
-
+    # leasekeeper's module before the SDK's: without it, its ImportError names the extra
     from leasekeeper.backends.sqs import MAX_WAIT_SECONDS, SQSBackend, classify_exception
 
     parsed = parse_url(
@@ -82,7 +81,15 @@ def sqs(
         credentials_from="boto3 takes them from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
         "its shared files or an instance role",
     )
-    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+    import boto3
+    from botocore.config import Config
+
+    endpoint = (  # botocore's order: the service's own variable first
+        endpoint_url
+        or os.environ.get("AWS_ENDPOINT_URL_SQS")
+        or os.environ.get("AWS_ENDPOINT_URL")
+        or None
+    )
     url_region: str | None = None
     queue_url: str | None = None
     if parsed.scheme == "sqs":
@@ -131,8 +138,6 @@ def mns(
     ``?secure=false`` in the URL: http, for a local server). Credentials from this
     process's environment: ``MNS_ACCESS_KEY_ID``, ``MNS_ACCESS_KEY_SECRET`` and
     optionally ``MNS_SECURITY_TOKEN``. The other options: ``MNSBackend``'s."""
-    from mns.account import Account
-
     from leasekeeper.backends.mns import MNSBackend
 
     parsed = parse_url(
@@ -142,6 +147,8 @@ def mns(
     )
     if not parsed.host or len(parsed.path) != 1:
         raise ValueError(f"{parsed.text!r} is not an MNS queue URL: mns://<endpoint-host>/<queue>")
+    from mns.account import Account
+
     if secure is None:
         secure = parsed.query.get("secure", "true").lower() not in _FALSE
     access_id = os.environ.get("MNS_ACCESS_KEY_ID")
@@ -196,8 +203,6 @@ def azure(
     ``AZURE_STORAGE_ACCOUNT_KEY``, else that connection string, else
     ``azure.identity.DefaultAzureCredential``.
     """
-    from azure.storage.queue import QueueClient
-
     from leasekeeper.backends.azure import AzureQueueBackend
     from leasekeeper.backends.spec import SECRET_KEYS
 
@@ -214,6 +219,8 @@ def azure(
             "connection_string holds a secret, which a spec would carry: set "
             "AZURE_STORAGE_CONNECTION_STRING in the environment instead"
         )
+    from azure.storage.queue import QueueClient
+
     queue, account = parsed.path[0], parsed.host or None
     env_conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
     conn = connection_string
@@ -268,21 +275,25 @@ def redis(
     clock: Clock | None = None,
 ) -> RedisStreamsBackend:
     """Redis Streams: ``redis://[user:password@]host:port/db?stream=S&group=G``
-    (``rediss://`` over TLS; ``stream`` and ``group`` as options too; the group
-    defaults to "leasekeeper"). Without a password in the URL, ``REDIS_PASSWORD``
+    (``rediss://`` over TLS; ``stream``, ``group``, ``consumer`` and
+    ``visibility_timeout`` in the query or as options; the group defaults to
+    "leasekeeper"). Without a password in the URL, ``REDIS_PASSWORD``
     (and ``REDIS_USERNAME``) from the environment, if set: a spec carries none.
     Other query parameters are redis-py's connection options. ``consumer``,
     ``visibility_timeout``: ``RedisStreamsBackend``'s."""
-    import redis as redis_py
-
     from leasekeeper.backends.redis import DEFAULT_GROUP, RedisStreamsBackend
 
     parsed = parse_url(url, what="a Redis Streams URL")
     stream = stream or parsed.query.get("stream")
     if not stream:
         raise ValueError(f"{parsed.text!r} names no stream: redis://host:port/db?stream=S&group=G")
+    import redis as redis_py
+
+    ours = ("stream", "group", "consumer", "visibility_timeout")
     base, _, query = url.partition("?")
-    kept = "&".join(p for p in query.split("&") if p.split("=")[0] not in ("stream", "group"))
+    kept = "&".join(p for p in query.split("&") if p.split("=")[0] not in ours)
+    if "visibility_timeout" in parsed.query:  # a command line names its queue by URL alone
+        visibility_timeout = float(parsed.query["visibility_timeout"])
     options: dict[str, Any] = {"socket_timeout": 10.0}
     if not parsed.password and os.environ.get("REDIS_PASSWORD"):
         options["password"] = os.environ["REDIS_PASSWORD"]
@@ -292,7 +303,7 @@ def redis(
         client,
         stream,
         group or parsed.query.get("group") or DEFAULT_GROUP,
-        consumer=consumer,
+        consumer=consumer or parsed.query.get("consumer"),
         visibility_timeout=visibility_timeout,
         clock=clock,
     )

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 try:
+    import boto3  # noqa: F401 - what the extra installs (leasekeeper.connect builds clients)
     from botocore import exceptions as boto
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
@@ -209,8 +210,7 @@ def classify_exception(exc: BaseException) -> tuple[OutcomeKind, str]:
     """``classify_error`` for an exception a boto3 SQS call raised (a ClientError or
     a botocore connection/configuration error): its outcome kind, and a detail that
     names the error code and never quotes the request or the service's message.
-    Useful around your own ``receive`` loop: "fatal" means stop, "retry" back off.
-    """
+    Useful around your own ``receive`` loop: "fatal" means stop, "retry" back off."""
     kind, detail, _ = _classify_exception(exc)
     return kind, detail
 
