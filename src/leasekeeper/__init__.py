@@ -28,6 +28,10 @@ from leasekeeper.errors import (
 )
 from leasekeeper.lease import Lease, LeaseScope, LeaseState, WatchLease
 from leasekeeper.manager import LeaseManager, Stats
+from leasekeeper.process_renewer import ProcessRenewer
+from leasekeeper.reasons import LostReason
+from leasekeeper.renewer import Renewer
+from leasekeeper.thread_renewer import ThreadRenewer
 from leasekeeper.worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -45,11 +49,15 @@ __all__ = [
     "LeaseScope",
     "LeaseState",
     "LeaseTooShort",
+    "LostReason",
     "ManagerClosed",
     "Message",
     "Outcome",
+    "ProcessRenewer",
     "ReceiveError",
+    "Renewer",
     "Stats",
+    "ThreadRenewer",
     "WatchLease",
     "Worker",
     "WorkerStats",

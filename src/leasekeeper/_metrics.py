@@ -18,7 +18,7 @@ import logging
 import math
 from array import array
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 log = logging.getLogger("leasekeeper.manager")
 
@@ -54,6 +54,8 @@ class Stats:
     extend_latency_p99: float
     extend_threshold: float = 0.0  # the threshold in force (adapted with "auto")
     forgotten: int = 0  # watch leases whose owner took the message back (lease.forget())
+    #: Lost and abandoned leases by ``LostReason`` value ("lapsed", "rejected", ...).
+    lost_reasons: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -122,6 +124,7 @@ class Metrics:
         "forgotten",
         "lapses",
         "lost",
+        "lost_reasons",
         "margin_warnings",
         "registered",
         "released",
@@ -135,6 +138,7 @@ class Metrics:
         self.registered = self.extended = self.extend_calls = self.extend_errors = 0
         self.retries = self.lost = self.completed = self.released = 0
         self.abandoned = self.capped = self.lapses = self.forgotten = 0
+        self.lost_reasons: dict[str, int] = {}
         self.callback_errors = self.scheduler_errors = self.margin_warnings = 0
         self.scheduler_lag = SampleRing()
         self.send_lag = SampleRing()
@@ -174,6 +178,7 @@ class Metrics:
             extend_latency_p99=percentile(latency, 0.99),
             extend_threshold=threshold,
             forgotten=self.forgotten,
+            lost_reasons=dict(self.lost_reasons),
         )
 
     # ------------------------------------------------------------------ rate-limited warnings

@@ -19,8 +19,8 @@ renewer -> worker (its sender thread batches them: ("batch", [frame, ...]))
     ("ready", pid) / ("failed", text)                       once, at start
     ("done", request, payload)                              a request's reply
     ("extended", key, receipt, visible_until, extensions)
-    ("ended", key, state, reason, stop_handler)             lost, abandoned, released,
-                                                            forgotten
+    ("ended", key, state, lost_reason, detail, stop_handler)  lost, abandoned,
+                                                            released, forgotten
     ("event", callback, args)                               an observer callback
 
 Keys are the worker's lease ids (ints), never message ids: a message received
@@ -61,7 +61,7 @@ def encode_error(exc: BaseException | None) -> Encoded:
     if exc is None:
         return None
     if isinstance(exc, LeaseLost):
-        return ("LeaseLost", (exc.message_id, exc.reason))
+        return ("LeaseLost", (exc.message_id, exc.reason, exc.lost_reason))
     if isinstance(exc, BackendError):
         return ("BackendError", (exc.operation, exc.message_id, exc.kind, exc.detail))
     for kind in (ManagerClosed, ConfigError, LeaseError, ValueError):

@@ -1,13 +1,14 @@
-"""Lease, LeaseState and LeaseScope: what a handler holds while it works on a message.
+"""Lease, WatchLease, LeaseState and LeaseScope: what a handler holds while it works.
 
-A lease is created by ``LeaseManager.register`` and ends in exactly one of four
-states. Its operations (extend, delete, release) never overlap: each holds the
-lease's op lock, so a delete that arrives while an extend is in flight waits for
-it and then uses the receipt that extend returned (rule 4 in docs/design.md).
+A lease is created by ``LeaseManager.receive``/``register`` (or ``watch``) and ends
+in exactly one of five states. Its operations (extend, delete, release, forget)
+never overlap: each takes the lease for as long as its call is out, so a delete
+that arrives while an extend is in flight waits for it and then uses the receipt
+that extend returned (rule 4 in docs/design.md).
 
 ``Lease`` is a ``LeaseRecord`` (the renewal engine's view of the lease) plus the
-handler's API. Its ``complete``/``release`` go to its ``owner``: the manager's
-handler operations in thread mode, or whatever stands in for them elsewhere.
+handler's API. Its ``complete``/``release``/``forget`` go to its ``owner``: the
+renewer that made it.
 """
 
 from __future__ import annotations
@@ -21,13 +22,22 @@ from leasekeeper._record import LeaseRecord, LeaseState
 from leasekeeper.backends.base import Message
 from leasekeeper.clock import Clock
 from leasekeeper.errors import BackendError, LeaseError, LeaseLost
+from leasekeeper.reasons import LostReason
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["Lease", "LeaseOwner", "LeaseScope", "LeaseState", "WatchLease"]
+__all__ = ["Lease", "LeaseOwner", "LeaseScope", "LeaseState", "OnLost", "WatchLease"]
 
 log = logging.getLogger("leasekeeper.manager")
+
+
+def not_a_message(value: object) -> TypeError:
+    """The error for registering something that is not a leasekeeper ``Message``."""
+    return TypeError(
+        "register() takes a leasekeeper Message (from backend.receive() or "
+        f"backend.adopt(raw)), got {type(value).__module__}.{type(value).__qualname__}"
+    )
 
 
 class LeaseOwner(Protocol):
@@ -92,7 +102,7 @@ class Lease(LeaseRecord):
         Call it between steps of a long job, before doing anything irreversible.
         """
         if self.signalled:
-            raise LeaseLost(self.message.id, self.reason or str(self.state))
+            raise LeaseLost(self.message.id, self.reason or str(self.state), self.lost_reason)
 
     def complete(self) -> None:
         """Delete the message: processing succeeded. A second call does nothing.
@@ -191,6 +201,11 @@ def settle(lease: Lease, exc_type: type[BaseException] | None, delay: float | No
         # The handler's own exception matters more; the lease is left to
         # lapse, so the message still comes back.
         log.exception("release of message %r after a handler error failed", lease.id)
+
+
+#: ``on_lost(lease, reason)``: told of every lease that is lost or abandoned, from a
+#: leasekeeper thread, after the lease's ``lost`` event is set.
+OnLost = Callable[[Lease, LostReason], object]
 
 
 class LeaseScope:
