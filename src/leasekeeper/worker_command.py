@@ -82,6 +82,8 @@ environment:
                    AZURE_STORAGE_ACCOUNT_URL with AZURE_STORAGE_SAS_TOKEN or
                    AZURE_STORAGE_ACCOUNT_KEY, or with azure-identity's
                    DefaultAzureCredential when neither is set.
+  --queue URL      the variables of the URL's service, as above (redis://: the
+                   URL's password, or REDIS_PASSWORD).
   With --renewer process the renewer process reads the same variables.
   Credentials are never logged or shown.
 
@@ -141,6 +143,13 @@ def queue_flags(p: argparse.ArgumentParser) -> None:
         "and the queue name",
     )
     queue.add_argument("--azure", metavar="QUEUE", help="an Azure Storage queue, by its name")
+    queue.add_argument(
+        "--queue",
+        metavar="URL",
+        help="any queue by URL, as leasekeeper.connect takes it: https://sqs.REGION."
+        "amazonaws.com/ACCOUNT/NAME, sqs://NAME, mns://HOST/QUEUE, azure://ACCOUNT/QUEUE, "
+        "redis://HOST:PORT/DB?stream=S&group=G, or an installed plug-in's scheme",
+    )
 
 
 def sqs_flags(p: argparse.ArgumentParser) -> None:
@@ -275,7 +284,8 @@ def parser() -> argparse.ArgumentParser:
         prog=PROG,
         usage=(
             f"{PROG} MODULE:HANDLER\n"
-            "         (--sqs QUEUE_URL | --mns ENDPOINT QUEUE | --azure QUEUE) [options]"
+            "         (--queue URL | --sqs QUEUE_URL | --mns ENDPOINT QUEUE | --azure QUEUE)\n"
+            "         [options]"
         ),
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -392,6 +402,10 @@ def build_backend(args: argparse.Namespace) -> Backend:
     """The backend the queue flags name, from its spec (credentials from the
     environment): a missing credential or region is a UsageError naming what to set."""
     try:
+        if getattr(args, "queue", None) is not None:
+            from leasekeeper.backends.registry import connect
+
+            return connect(args.queue)
         if args.sqs is not None:
             spec: Any = _sqs_spec(args)
         elif args.mns is not None:

@@ -125,6 +125,20 @@ def test_design_doc_stands_alone() -> None:
         assert re.search(rf"^{n}\. \*\*", text, re.MULTILINE), f"rule {n} is not stated"
 
 
+def test_every_cited_doc_exists() -> None:
+    """A docs/*.md path named in the code, the tests or the docs is a file of the repo."""
+    root = SRC.parents[1]
+    missing = []
+    for folder in ("src", "tests", "docs", "examples", "benchmarks"):
+        for path in (root / folder).rglob("*"):
+            if path.suffix not in (".py", ".md") or not path.is_file():
+                continue
+            for cited in re.findall(r"\bdocs/[\w/.-]+?\.md\b", path.read_text(errors="replace")):
+                if not (root / cited).is_file():
+                    missing.append(f"{path.relative_to(root)}: {cited}")
+    assert missing == []
+
+
 # Named-tuple methods are public API despite their underscore.
 _NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
 # Other libraries' internals that an integration cannot do without, and why.
