@@ -396,7 +396,6 @@ class RedisFaults(FaultHooks):
 
 def _redis(request: pytest.FixtureRequest) -> Subject:
     import redis
-
     from leasekeeper.backends.redis import RedisStreamsBackend
 
     url: str = request.getfixturevalue("redis_url")
