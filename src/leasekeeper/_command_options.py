@@ -95,7 +95,8 @@ def config_field_help() -> dict[str, str]:
             continue
         else:
             current = None
-    return {name: plain(" ".join(words)) for name, words in out.items()}
+    # argparse %-formats help texts: a docstring's "20 %" must reach it as "20 %%".
+    return {name: plain(" ".join(words)).replace("%", "%%") for name, words in out.items()}
 
 
 def plain(text: str) -> str:

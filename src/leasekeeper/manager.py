@@ -340,7 +340,9 @@ class LeaseManager:
         it. One WARNING line says which. What ``with held:`` does on an exception."""
         self.failures.fail(lease, error, delay)
 
-    def fail_soon(self, lease: Lease, error: BaseException | None = None) -> Future[None]:
+    def fail_soon(
+        self, lease: Lease, error: BaseException | None = None, delay: float | None = None
+    ) -> Future[None]:
         """``fail`` through the coalescer, as ``release_soon`` releases (what the
         workers use); a poison message is dead-lettered at once, before it returns."""
         failures = self.failures
@@ -349,7 +351,7 @@ class LeaseManager:
             done: Future[None] = Future()
             done.set_result(None)
             return done
-        seconds = failures.delay_for(lease, None)
+        seconds = failures.delay_for(lease, delay)
         future = self.release_soon(lease, seconds)
         failures.warn_released(lease, error, seconds, traceback=True)
         return future

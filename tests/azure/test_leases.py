@@ -178,3 +178,33 @@ def test_fifty_parallel_extends_all_succeed(
     assert len(owners) > 1  # extends really ran on several threads, each with its own client
     assert _gone(queue_client)
     backend.close()
+
+
+def test_dead_letter_poison_is_azures_queue_name_poison(
+    backend: AzureQueueBackend, queue_client: QueueClient, queue_name: str, azurite: str
+) -> None:
+    """Azure's convention (Azure Functions'): failed messages go to <queue>-poison,
+    created if missing."""
+    queue_client.send_message("poison")
+    with LeaseManager(
+        backend,
+        dead_letter="poison",
+        max_receives=2,
+        release_delay=0,
+        **TIMING,  # type: ignore[arg-type]
+    ) as manager:
+        for _ in range(2):
+            held: list[Lease] = []
+            for _ in range(20):
+                held = held or manager.receive(wait_seconds=0.5)
+            with pytest.raises(RuntimeError), held[0]:
+                raise RuntimeError("fails")
+        assert manager.stats().dead_lettered == 1
+    poison = QueueClient.from_connection_string(azurite, f"{queue_name}-poison")
+    try:
+        (copy,) = list(poison.receive_messages())
+        assert copy.content == "poison"
+    finally:
+        poison.delete_queue()
+        poison.close()
+    assert list(queue_client.peek_messages()) == []  # deleted from its own queue

@@ -671,3 +671,81 @@ def test_no_region_anywhere_is_a_usage_error_naming_the_ways_to_give_one(
         UsageError, match="--sqs found no AWS region: pass --region, or set AWS_REGION"
     ):
         build_backend(args)
+
+
+LEASED_JOBS = textwrap.dedent(
+    """
+    import os
+    from leasekeeper import leased
+
+    @leased
+    def handle(message):
+        os.write(1, f"did {message.body}\\n".encode())
+
+    def poison(message):
+        raise RuntimeError("always fails")
+    """
+)
+
+
+def test_a_leased_handler_runs_once_and_each_message_is_deleted_once(
+    moto_endpoint: str, queue_url: str, workdir: Path
+) -> None:
+    (workdir / "decorated.py").write_text(LEASED_JOBS)
+    client = make_client(moto_endpoint)
+    for n in range(3):
+        client.send_message(QueueUrl=queue_url, MessageBody=f"job-{n}")
+    result = run_command(
+        moto_endpoint,
+        workdir,
+        "decorated:handle",
+        "--sqs",
+        queue_url,
+        "--until-idle",
+        "1.5",
+        "--status-every",
+        "0",
+        *TIMING,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split()[1::2]) == ["job-0", "job-1", "job-2"]
+    assert "is @leased" in result.stderr  # the one INFO line
+    assert "lost" not in result.stderr.lower()  # no second delete counted lost
+
+
+def test_max_receives_and_dead_letter_move_a_poison_message(
+    moto_endpoint: str, queue_url: str, workdir: Path
+) -> None:
+    (workdir / "decorated.py").write_text(LEASED_JOBS)
+    client = make_client(moto_endpoint)
+    dead_name = f"cmd-dead-{uuid.uuid4().hex[:8]}"
+    client.send_message(QueueUrl=queue_url, MessageBody="poison")
+    result = run_command(
+        moto_endpoint,
+        workdir,
+        "decorated:poison",
+        "--sqs",
+        queue_url,
+        "--max-receives",
+        "2",
+        "--dead-letter",
+        dead_name,
+        "--release-delay",
+        "0.1",
+        "--until-idle",
+        "1.5",
+        "--status-every",
+        "0",
+        *TIMING,
+    )
+    assert result.returncode == 0, result.stderr
+    dead_url = client.get_queue_url(QueueName=dead_name)["QueueUrl"]
+    try:
+        got = client.receive_message(QueueUrl=dead_url, WaitTimeSeconds=1)
+        assert [m["Body"] for m in got.get("Messages", [])] == ["poison"]
+        left = client.receive_message(QueueUrl=queue_url, WaitTimeSeconds=0)
+        assert left.get("Messages", []) == []
+    finally:
+        client.delete_queue(QueueUrl=dead_url)
+    failures = [line for line in result.stderr.splitlines() if "handler failed" in line]
+    assert len(failures) == 2 and "dead-letter" in failures[-1]
