@@ -154,3 +154,11 @@ def test_an_aio_leased_handler_given_to_an_async_worker_runs_once(clock: ManualC
     assert out[0].completed == 3 and out[0].lost == 0
     assert sorted(seen) == [f"job {n}" for n in range(3)]
     assert len(queue.deleted_ids) == 3
+
+
+def test_stats_read_by_name_too(clock: ManualClock) -> None:
+    manager = LeaseManager(MemoryQueue(30, clock=clock), clock=clock, **TIMING)
+    stats = manager.stats()
+    assert stats["dead_lettered"] == stats.dead_lettered == 0
+    with pytest.raises(KeyError):
+        stats["no such field"]
