@@ -48,7 +48,7 @@ class RecordingLedger:
             record.state, record.ending = state, ending
             self.ended.append((record.message.id, state, ending))
 
-    def end_completed(self, record: LeaseRecord, *, give: bool) -> None:
+    def end_completed(self, record: LeaseRecord) -> None:
         raise AssertionError("the extender never completes a lease")
 
     def reschedule(self, record: LeaseRecord, due: float | None = None) -> None:
