@@ -39,7 +39,7 @@ from typing import Any
 from leasekeeper._metrics import Stats
 from leasekeeper._record import LeaseState
 from leasekeeper._renewer_link import DIED, RenewerLink
-from leasekeeper._wire import decode_error
+from leasekeeper._wire import decode_error, progress_interval
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, SystemClock
 from leasekeeper.config import LeaseConfig
@@ -54,10 +54,12 @@ _live: weakref.WeakSet[ProcessRenewer] = weakref.WeakSet()
 
 
 class RemoteLease(Lease):
-    """A lease whose renewals happen in the renewer process; ``key`` names it there."""
+    """A lease whose renewals happen in the renewer process; ``key`` names it there.
+    ``progress_told``: when its handler's progress was last sent there."""
 
-    __slots__ = ("key",)
+    __slots__ = ("key", "progress_told")
     key: int
+    progress_told: float
 
 
 class RemoteWatchLease(RemoteLease, WatchLease):
@@ -98,15 +100,18 @@ class ProcessRenewer:
         self.backend = backend
         self._config = config
         self._clock = clock
-        # Guards _leases, _by_message, _closed, _link and _base.
+        # Guards _leases, _by_message, _closed, _link and _book.
         self._registry_lock = threading.Lock()
         self._leases: dict[int, RemoteLease] = {}
         self._by_message: dict[str, RemoteLease] = {}
         self._keys = itertools.count(1)
         self._closed = False
         self.observers: tuple[Observer, ...] = ()
-        self._base = _zero_stats()  # what renewers that died had counted
-        self._last = _zero_stats()  # the latest figures of the current one
+        self._book = StatsBook()
+        # Progress reaches the renewer at most this often per lease (stall_timeout):
+        # a handler calling progress() in a tight loop sends a frame now and then.
+        stall = config.stall_timeout
+        self._progress_every = None if stall is None else progress_interval(stall)
         self._notifier = Notifier()
         self._link: RenewerLink | None = self._new_link()
         _live.add(self)
@@ -134,6 +139,10 @@ class ProcessRenewer:
             if lease is not None:
                 ending = Ending(None if lost is None else LostReason(lost), detail)
                 self._end(lease, LeaseState(state), ending, signal=signal)
+        elif tag == "rolling":
+            lease = self._leases.get(frame[1])
+            if lease is not None:
+                lease.signal_rolling()
         elif tag == "event":
             self._forward_event(frame[1], frame[2])
 
@@ -143,15 +152,7 @@ class ProcessRenewer:
             held = list(self._leases.values())
             if self._link is link:
                 self._link = None
-            self._base = _sum_stats(self._base, self._last)
-            self._last = _zero_stats()
-            died = dict(self._base.lost_reasons)
-            died[LostReason.RENEWER_DIED.value] = died.get(LostReason.RENEWER_DIED.value, 0) + len(
-                held
-            )
-            self._base = dataclasses.replace(
-                self._base, lost=self._base.lost + len(held), lost_reasons=died
-            )
+            self._book.renewer_died(len(held))
         for lease in held:
             self._end(lease, LeaseState.LOST, RENEWER_DIED, signal=True)
         with self._registry_lock:
@@ -246,6 +247,7 @@ class ProcessRenewer:
                 self._link = self._new_link()  # the last one died: a new one, now
             lease = (RemoteWatchLease if watch else RemoteLease)(self, message, now)
             lease.key = key = next(self._keys)
+            lease.progress_told = now
             self._leases[key] = lease
             self._by_message[message.id] = lease
         if superseded is not None:
@@ -288,6 +290,20 @@ class ProcessRenewer:
         )
         with contextlib.suppress(LeaseLost, OSError):  # gone: nothing renews it anyway
             self._send(("abandon", remote.key, reason))
+
+    def progress(self, lease: Lease) -> None:
+        now = self._clock.now()
+        lease.progressed_at = now
+        every = self._progress_every
+        if every is None or not isinstance(lease, RemoteLease):
+            return
+        if now - lease.progress_told >= every:
+            lease.progress_told = now
+            self._send_quietly(("progress", lease.key, now))
+
+    def rolled_over(self, lease: Lease) -> None:
+        with self._registry_lock:
+            self._book.rolled_over += 1
 
     def forget(self, lease: Lease) -> None:
         remote = _as_remote(lease)
@@ -396,10 +412,7 @@ class ProcessRenewer:
     def stats(self) -> Stats:
         payload = self._ask(lambda r: ("stats", r)) if not self._closed else None
         with self._registry_lock:
-            if isinstance(payload, Stats):
-                self._last = payload
-            total = _sum_stats(self._base, self._last)
-            return dataclasses.replace(total, in_flight=len(self._leases))
+            return self._book.total(payload, in_flight=len(self._leases))
 
     def add_observer(self, observer: Observer) -> None:
         self.observers = (*self.observers, observer)
@@ -447,6 +460,34 @@ class ProcessRenewer:
         link, self._link = self._link, None
         if link is not None:
             link.drop()
+
+
+class StatsBook:
+    """A process renewer's figures: what renewers that died had counted, the latest
+    figures of the current one, and the rollovers counted here (they happen in the
+    worker, which sends the continuation)."""
+
+    def __init__(self) -> None:
+        self.base = _zero_stats()  # what renewers that died had counted
+        self.last = _zero_stats()  # the latest figures of the current one
+        self.rolled_over = 0
+
+    def renewer_died(self, held: int) -> None:
+        """The current renewer died holding ``held`` leases: they count as lost."""
+        base = _sum_stats(self.base, self.last)
+        self.last = _zero_stats()
+        died = dict(base.lost_reasons)
+        died[LostReason.RENEWER_DIED.value] = died.get(LostReason.RENEWER_DIED.value, 0) + held
+        self.base = dataclasses.replace(base, lost=base.lost + held, lost_reasons=died)
+
+    def total(self, payload: object, *, in_flight: int) -> Stats:
+        """The figures, with ``payload`` (a ``Stats``) as the current renewer's newest."""
+        if isinstance(payload, Stats):
+            self.last = payload
+        total = _sum_stats(self.base, self.last)
+        return dataclasses.replace(
+            total, in_flight=in_flight, rolled_over=total.rolled_over + self.rolled_over
+        )
 
 
 class Notifier:
