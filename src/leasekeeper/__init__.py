@@ -11,6 +11,7 @@ from leasekeeper.backends.base import Backend, Handle, Message, Outcome
 # Built in (no SDK): the in-process queue of the demo and of your own tests.
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.config import LeaseConfig
+from leasekeeper.current import current_lease
 from leasekeeper.defaults import (
     configure,
     default_manager,
@@ -33,6 +34,7 @@ from leasekeeper.manager import LeaseManager, Stats
 from leasekeeper.process_renewer import ProcessRenewer
 from leasekeeper.reasons import LostReason
 from leasekeeper.renewer import Renewer
+from leasekeeper.rollover import Lineage, Rollover
 from leasekeeper.thread_renewer import ThreadRenewer
 from leasekeeper.worker import Worker, WorkerStats
 
@@ -51,6 +53,7 @@ __all__ = [
     "LeaseScope",
     "LeaseState",
     "LeaseTooShort",
+    "Lineage",
     "LostReason",
     "ManagerClosed",
     "MemoryQueue",
@@ -59,6 +62,7 @@ __all__ = [
     "ProcessRenewer",
     "ReceiveError",
     "Renewer",
+    "Rollover",
     "Stats",
     "ThreadRenewer",
     "WatchLease",
@@ -66,6 +70,7 @@ __all__ = [
     "WorkerStats",
     "__version__",
     "configure",
+    "current_lease",
     "default_manager",
     "lease",
     "leased",

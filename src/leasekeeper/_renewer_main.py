@@ -42,7 +42,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from leasekeeper._record import LeaseRecord, LeaseState
-from leasekeeper._wire import encode_error, progress_interval, recv_frame, send_frame
+from leasekeeper._wire import encode_error, recv_frame, send_frame
 from leasekeeper.backends.base import Message
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import LeaseError
@@ -313,9 +313,10 @@ class ChildRenewer:
         if tag == "add":
             self._add(frame)
         elif tag == "progress":
-            lease = self._leases.get(frame[1])
-            if lease is not None and frame[2] > lease.progressed_at:
-                lease.progressed_at = frame[2]  # the worker's monotonic clock is ours
+            for key, at in frame[1]:
+                lease = self._leases.get(key)
+                if lease is not None and at > lease.progressed_at:
+                    lease.progressed_at = at  # the worker's monotonic clock is ours
         elif tag == "abandon":
             lease = self._leases.get(frame[1])
             if lease is not None:
@@ -474,17 +475,6 @@ class DeathWatch:
         os.kill(os.getpid(), PARENT_DEATH_SIGNAL)
 
 
-def renewer_config(config: LeaseConfig) -> LeaseConfig:
-    """The worker's config as the renewer runs it: a handler's progress reaches it up
-    to ``progress_interval`` late (the worker coalesces it), so a stall is called
-    that much later here, never early."""
-    config = LeaseConfig.from_fields(config, {})
-    stall = config.stall_timeout
-    if stall is None:
-        return config
-    return config.replace(stall_timeout=stall + progress_interval(stall))
-
-
 def main(argv: Sequence[str]) -> int:
     for ignored in (signal.SIGINT, signal.SIGTERM):
         signal.signal(ignored, signal.SIG_IGN)
@@ -499,7 +489,7 @@ def main(argv: Sequence[str]) -> int:
         try:
             spec, config = pickle.loads(payload)
             backend = spec.build()
-            manager = LeaseManager(backend, renewer_config(config), renewer="thread")
+            manager = LeaseManager(backend, LeaseConfig.from_fields(config, {}), renewer="thread")
         except WorkerGone:
             raise
         except Exception as exc:

@@ -10,10 +10,9 @@ worker -> renewer
     ("complete", request, keys)                             reply: results per key
     ("release", request, keys, delay, stop_handler)         reply: results per key
     ("abandon", key, reason)                                no reply
-    ("progress", key, at)                                   the handler's progress
-                                                            (stall_timeout); no reply,
-                                                            at most one per lease per
-                                                            ``progress_interval``
+    ("progress", [(key, at), ...])                          the handlers' latest
+                                                            progress (stall_timeout),
+                                                            coalesced; no reply
     ("forget", request, key)                                reply once no extend is out
     ("stats", request)                                      reply: Stats
     ("observe", on)                                         forward observer events
@@ -59,8 +58,7 @@ def recv_frame(conn: Connection) -> Any:
 
 def progress_interval(stall_timeout: float) -> float:
     """How often at most a lease's progress is sent to the renewer: a tenth of
-    ``stall_timeout``, at most a second. The renewer allows as much again before it
-    calls a lease stalled, so a progress not sent yet never makes it one."""
+    ``stall_timeout``, at most a second (``process_renewer.ProgressRelay``)."""
     return min(1.0, stall_timeout / 10.0)
 
 

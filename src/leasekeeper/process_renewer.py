@@ -32,6 +32,7 @@ import os
 import pickle
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -108,10 +109,11 @@ class ProcessRenewer:
         self._closed = False
         self.observers: tuple[Observer, ...] = ()
         self._book = StatsBook()
-        # Progress reaches the renewer at most this often per lease (stall_timeout):
-        # a handler calling progress() in a tight loop sends a frame now and then.
+        # The handlers' progress, to the renewer (only with stall_timeout).
         stall = config.stall_timeout
-        self._progress_every = None if stall is None else progress_interval(stall)
+        self._progress = (
+            None if stall is None else ProgressRelay(self._send_quietly, progress_interval(stall))
+        )
         self._notifier = Notifier()
         self._link: RenewerLink | None = self._new_link()
         _live.add(self)
@@ -294,12 +296,9 @@ class ProcessRenewer:
     def progress(self, lease: Lease) -> None:
         now = self._clock.now()
         lease.progressed_at = now
-        every = self._progress_every
-        if every is None or not isinstance(lease, RemoteLease):
-            return
-        if now - lease.progress_told >= every:
-            lease.progress_told = now
-            self._send_quietly(("progress", lease.key, now))
+        relay = self._progress
+        if relay is not None and isinstance(lease, RemoteLease):
+            relay.progress(lease, now)
 
     def rolled_over(self, lease: Lease) -> None:
         with self._registry_lock:
@@ -450,6 +449,8 @@ class ProcessRenewer:
             link.closing = True
             self._ask(lambda r: ("close", r, release, timeout))
             link.close(None if timeout is None else timeout + 5.0)
+        if self._progress is not None:
+            self._progress.close()
         self._notifier.close()
         _live.discard(self)
 
@@ -460,6 +461,56 @@ class ProcessRenewer:
         link, self._link = self._link, None
         if link is not None:
             link.drop()
+
+
+class ProgressRelay:
+    """The handlers' progress (``stall_timeout``) to the renewer process, coalesced: a
+    lease's first progress in each ``interval`` goes at once, and the latest of the
+    ones after it at the end of that interval, with every other lease's in one frame.
+    So a handler calling ``progress()`` in a tight loop sends a frame an interval,
+    and the renewer's view of a lease's last progress is never more than an interval
+    behind - it calls a lease stalled only when it was."""
+
+    def __init__(self, send: Callable[[tuple[Any, ...]], None], interval: float) -> None:
+        self._send = send
+        self.interval = interval
+        self._lock = threading.Condition()  # guards _pending, _closed and _thread
+        self._pending: dict[int, tuple[RemoteLease, float]] = {}
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def progress(self, lease: RemoteLease, now: float) -> None:
+        if now - lease.progress_told >= self.interval:
+            lease.progress_told = now
+            self._send(("progress", [(lease.key, now)]))
+            return
+        with self._lock:
+            self._pending[lease.key] = (lease, now)
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(
+                    target=self._run, name="leasekeeper-progress", daemon=True
+                )
+                self._thread.start()
+            self._lock.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending and not self._closed:
+                    self._lock.wait()
+                if self._closed:
+                    return
+            time.sleep(self.interval)  # what else comes in this interval goes along
+            with self._lock:
+                pending, self._pending = self._pending, {}
+            for lease, at in pending.values():
+                lease.progress_told = at
+            self._send(("progress", [(lease.key, at) for lease, at in pending.values()]))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify()
 
 
 class StatsBook:
