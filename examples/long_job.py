@@ -81,8 +81,10 @@ def main() -> None:
     completed = sum(w.stats.completed for w in workers)
     rolled = sum(w.manager.stats().rolled_over for w in workers)
     lost = sum(w.stats.lost for w in workers)
-    overlapping = len(overlaps)
-    print(f"completed {completed}, rolled over {rolled}, lost {lost}, overlapping hops {overlapping}")
+    print(
+        f"completed {completed}, rolled over {rolled}, lost {lost}, "
+        f"overlapping hops {len(overlaps)}"
+    )
     print(f"left on the queue: {len(queue)}")
 
 
