@@ -64,12 +64,14 @@ def test_a_stalled_handler_lets_go_and_progress_is_coalesced(
     calls = 0
     last_progress: list[float] = []
     hang = threading.Event()
+    started = threading.Event()
     held: list[Any] = []
 
     def handler(message: Message) -> None:
         nonlocal calls
         lease = current_lease()
         held.append(lease)
+        started.set()
         end = time.monotonic() + 1.5
         while time.monotonic() < end:  # busy, and saying so on every step
             lease.progress()
@@ -90,6 +92,7 @@ def test_a_stalled_handler_lets_go_and_progress_is_coalesced(
     ).start()
     try:
         assert worker.manager.renewer.name == "process"  # the default, where it can run
+        assert started.wait(SETTLE), "the worker never ran its handler"
         other = make_client(moto_endpoint)
         deadline = time.monotonic() + SETTLE
         got: list[dict[str, Any]] = []
