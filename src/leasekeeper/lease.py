@@ -277,11 +277,14 @@ def settle_rollover(lease: Lease) -> str:
     original comes back (a handler tells it by its lineage; docs/outliving.md).
     """
     state = lease.state
-    if (state is not LeaseState.ACTIVE and state is not LeaseState.ABANDONED) or not (
-        lease.visible_for() > 0
-    ):
-        # Lost, released, or past its deadline: the message may be another's now.
+    if state is not LeaseState.ACTIVE and state is not LeaseState.ABANDONED:
         raise LeaseLost(lease.id, lease.reason or f"{state}: not rolled over", lease.lost_reason)
+    if not lease.visible_for() > 0:
+        # Its deadline passed (as known here): the message may be another's now, so
+        # no continuation. Released rather than left renewed where the renewer knows
+        # better (a renewer process whose last notices a held GIL delayed).
+        settle(lease, Exception, None)
+        raise LeaseLost(lease.id, "its deadline passed before the rollover: not rolled over")
     roll = lease.roll
     lineage = next_hop(lease.message, None if roll is None else roll.checkpoint)
     try:
