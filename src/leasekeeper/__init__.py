@@ -10,6 +10,7 @@ from leasekeeper.backends.base import Backend, Handle, Message, Outcome
 
 # Built in (no SDK): the in-process queue of the demo and of your own tests.
 from leasekeeper.backends.memory import MemoryQueue
+from leasekeeper.backends.registry import connect
 from leasekeeper.config import LeaseConfig
 from leasekeeper.current import current_lease
 from leasekeeper.defaults import (
@@ -70,6 +71,7 @@ __all__ = [
     "WorkerStats",
     "__version__",
     "configure",
+    "connect",
     "current_lease",
     "default_manager",
     "lease",

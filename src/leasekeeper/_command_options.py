@@ -72,6 +72,7 @@ FIELD_VALUES: dict[str, tuple[type[int] | type[float], float, bool, str | None]]
     "max_lease_duration": (float, 0, False, None),
     "release_backoff": (float, 1, True, None),
     "max_concurrency": (int, 1, True, None),
+    "max_receives": (int, 1, True, None),
     "stall_timeout": (float, 0, False, None),
 }
 

@@ -326,11 +326,20 @@ class Extender:
     @staticmethod
     def _warn_margin(lag: float, latency: float, threshold: float) -> None:
         """Rule 3: lateness (the scheduler's own, and waiting for a dispatch thread)
-        plus call latency eat into the extend threshold."""
+        plus call latency eat into the extend threshold. The advice follows the
+        larger of the two."""
+        if lag >= latency:
+            advice = (
+                "renewals start late: a thread holding the GIL (use renewer='process') "
+                "or every dispatch thread busy (raise max_concurrency)"
+            )
+        else:
+            advice = "the service answers slowly: raise extend_threshold to renew earlier"
         log.warning(
             "send lag (%.3fs) + extend latency (%.3fs) exceed half of extend_threshold "
-            "(%.3fs): leases risk lapsing; raise extend_threshold or max_concurrency",
+            "(%.3fs): leases risk lapsing; %s",
             lag,
             latency,
             threshold,
+            advice,
         )

@@ -17,6 +17,7 @@ import logging
 import math
 import random
 import threading
+from typing import TYPE_CHECKING
 
 from leasekeeper._calls import Calls, checked
 from leasekeeper._extend import RETRY_BASE
@@ -28,7 +29,11 @@ from leasekeeper.backends.base import OK, Handle, Outcome
 from leasekeeper.clock import Clock, now_function
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import BackendError, LeaseError, LeaseLost
+from leasekeeper.failures import Failures
 from leasekeeper.reasons import Ending, LostReason
+
+if TYPE_CHECKING:
+    from leasekeeper.lease import Lease
 
 log = logging.getLogger("leasekeeper.manager")
 
@@ -89,6 +94,9 @@ class HandlerOps:
         # The engine's registry lock, which guards the busy flags: the hot path below
         # sets one inline rather than through the gate (a call less per complete).
         self._lock = lock
+        #: What a handler's failure does (release with a growing delay, or dead-letter
+        #: a poison message); the manager binds its own.
+        self.failures = Failures(config, None, rng)
 
     @property
     def clock(self) -> Clock:
@@ -241,12 +249,9 @@ class HandlerOps:
         """The delay to release ``record`` with: ``delay``, checked, or the configured
         one grown per receive; capped by the backend's maximum."""
         if delay is None:
-            cfg = self._config
-            count = max(1, record.message.receive_count)
-            try:
-                delay = cfg.release_delay * cfg.release_backoff ** (count - 1)
-            except OverflowError:  # a poison message received a thousand times
-                delay = math.inf
+            # Jittered from the engine's rng: reproducible under jitter_seed.
+            jitter = self._rng.uniform(0.8, 1.2) if self._config.release_delay else 1.0
+            delay = self._config.failed_delay(record.message.receive_count, jitter)
         elif not valid_delay(delay):
             raise ValueError(f"release delay must be a finite number >= 0, got {delay!r}")
         return min(float(delay), record.message.backend.max_visibility)
@@ -295,6 +300,10 @@ class HandlerOps:
             )
 
     # ------------------------------------------------------------------ the rest
+
+    def fail(self, lease: Lease, error: BaseException | None, delay: float | None) -> None:
+        """The handler failed: ``Failures`` releases the message or dead-letters it."""
+        self.failures.fail(lease, error, delay)
 
     def forget(self, record: LeaseRecord) -> None:
         """Stop renewing ``record`` without a call to the service. An extend keeps the

@@ -57,6 +57,8 @@ class Stats:
     rolled_over: int = 0  # jobs handed on to a continuation before the service's cap
     #: Lost and abandoned leases by ``LostReason`` value ("lapsed", "rejected", ...).
     lost_reasons: dict[str, int] = field(default_factory=dict)
+    #: Poison messages sent to the dead-letter queue (and deleted from theirs).
+    dead_lettered: int = 0
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)

@@ -65,6 +65,10 @@ class LeaseOwner(Protocol):
 
     def forget(self, lease: Lease) -> None: ...
 
+    def fail(self, lease: Lease, error: BaseException | None, delay: float | None) -> None:
+        """The handler failed: release the message, or dead-letter a poison one."""
+        ...
+
     def progress(self, lease: Lease) -> None:
         """The handler made progress (``stall_timeout``)."""
         ...
@@ -204,7 +208,7 @@ class Lease(LeaseRecord):
         if exc_type is not None and issubclass(exc_type, Rollover):
             settle_rollover(self)
             return True  # handed on: the block's job is done
-        settle(self, exc_type, None)
+        settle(self, exc, None)
         return False
 
     def __repr__(self) -> str:
@@ -243,10 +247,12 @@ class WatchLease(Lease):
         raise LeaseError("a watch lease is not a scope: its owner ends the message")
 
 
-def settle(lease: Lease, exc_type: type[BaseException] | None, delay: float | None) -> None:
-    """End a leased block: complete on success, release on an exception (which the
-    caller re-raises), ``LeaseLost`` when the lease was lost and nothing was deleted."""
-    if exc_type is None:
+def settle(lease: Lease, error: BaseException | None, delay: float | None) -> None:
+    """End a leased block: complete on success; on an exception (which the caller
+    re-raises) hand the failure to the lease's owner - released after ``delay`` or
+    the grown delay, or dead-lettered when it is a poison message; ``LeaseLost`` when
+    the lease was lost and nothing was deleted."""
+    if error is None:
         try:
             lease.complete()
         except BackendError:
@@ -256,7 +262,7 @@ def settle(lease: Lease, exc_type: type[BaseException] | None, delay: float | No
             raise
         return
     try:
-        lease.release(delay)
+        lease.owner.fail(lease, error, delay)
     except LeaseLost:
         pass  # already reported as lost; the handler's own exception matters more
     except Exception:
@@ -283,7 +289,7 @@ def settle_rollover(lease: Lease) -> str:
         # Its deadline passed (as known here): the message may be another's now, so
         # no continuation. Released rather than left renewed where the renewer knows
         # better (a renewer process whose last notices a held GIL delayed).
-        settle(lease, Exception, None)
+        release_quietly(lease)
         raise LeaseLost(lease.id, "its deadline passed before the rollover: not rolled over")
     roll = lease.roll
     lineage = next_hop(lease.message, None if roll is None else roll.checkpoint)
@@ -291,7 +297,7 @@ def settle_rollover(lease: Lease) -> str:
         sent = send_continuation(lease.message, lineage)
     except Exception:
         log.exception("rollover of message %r: its continuation was not sent", lease.id)
-        settle(lease, Exception, None)  # released: done again from where it stood
+        release_quietly(lease)  # done again from where it stood: no failure of its own
         raise
     try:
         settle(lease, None, None)
@@ -307,6 +313,17 @@ def settle_rollover(lease: Lease) -> str:
     lease.owner.rolled_over(lease)
     log.info("message %r rolled over: continued as %r (hop %d)", lease.id, sent, lineage.hop)
     return sent
+
+
+def release_quietly(lease: Lease) -> None:
+    """Release ``lease`` (the grown delay) as a rollover that could not happen does:
+    not a failure of the handler's, so never a dead letter; a loss was told already."""
+    try:
+        lease.release()
+    except LeaseLost:
+        pass
+    except Exception:
+        log.exception("release of message %r after a rollover that failed", lease.id)
 
 
 #: ``on_lost(lease, reason)``: told of every lease that is lost or abandoned, from a
@@ -350,5 +367,5 @@ class LeaseScope:
         if exc_type is not None and issubclass(exc_type, Rollover):
             settle_rollover(lease)
             return True  # handed on: the block's job is done
-        settle(lease, exc_type, self._delay)
+        settle(lease, exc if exc_type is not None else None, self._delay)
         return False

@@ -45,6 +45,7 @@ from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, SystemClock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError, LeaseError, LeaseLost, LeaseTooShort, ManagerClosed
+from leasekeeper.failures import Failures
 from leasekeeper.lease import Lease, OnLost, WatchLease, not_a_message
 from leasekeeper.observers import CallEvent, Observer
 from leasekeeper.reasons import Ending, LostReason
@@ -110,11 +111,10 @@ class ProcessRenewer:
         self.observers: tuple[Observer, ...] = ()
         self._book = StatsBook()
         # The handlers' progress, to the renewer (only with stall_timeout).
-        stall = config.stall_timeout
-        self._progress = (
-            None if stall is None else ProgressRelay(self._send_quietly, progress_interval(stall))
-        )
+        self._progress = ProgressRelay.of(config, self._send_quietly)
         self._notifier = Notifier()
+        #: What a handler's failure does (``leasekeeper.failures``); the manager binds its own.
+        self.failures = Failures(config, None)
         self._link: RenewerLink | None = self._new_link()
         _live.add(self)
 
@@ -126,15 +126,10 @@ class ProcessRenewer:
     def _apply(self, frame: tuple[Any, ...]) -> None:
         """A notice from the renewer (on the link's reader thread)."""
         tag = frame[0]
-        if tag == "extended":
-            _, key, receipt, visible_until, extensions = frame
-            lease = self._leases.get(key)
+        if tag == "extended":  # key, receipt, visible_until, extensions
+            lease = self._leases.get(frame[1])
             if lease is not None:
-                lease.receipt, lease.visible_until, lease.extensions = (
-                    receipt,
-                    visible_until,
-                    extensions,
-                )
+                lease.receipt, lease.visible_until, lease.extensions = frame[2:]
         elif tag == "ended":
             _, key, state, lost, detail, signal = frame
             lease = self._leases.get(key)
@@ -185,8 +180,10 @@ class ProcessRenewer:
     def clock(self) -> Clock:
         return self._clock
 
-    def bind(self, on_lost: OnLost | None) -> None:
+    def bind(self, on_lost: OnLost | None, failures: Failures | None = None) -> None:
         self._notifier.on_lost = on_lost
+        if failures is not None:
+            self.failures = failures
 
     def start(self) -> None:
         if self._closed:
@@ -292,6 +289,11 @@ class ProcessRenewer:
         )
         with contextlib.suppress(LeaseLost, OSError):  # gone: nothing renews it anyway
             self._send(("abandon", remote.key, reason))
+
+    def fail(self, lease: Lease, error: BaseException | None, delay: float | None = None) -> None:
+        """The handler failed: ``Failures`` releases the message or dead-letters it
+        (the copy is sent from this process, which holds the body)."""
+        self.failures.fail(lease, error, delay)
 
     def progress(self, lease: Lease) -> None:
         now = self._clock.now()
@@ -447,7 +449,10 @@ class ProcessRenewer:
             link = self._link
         if link is not None:
             link.closing = True
-            self._ask(lambda r: ("close", r, release, timeout))
+            final = self._ask(lambda r: ("close", r, release, timeout))
+            if isinstance(final, Stats):
+                with self._registry_lock:
+                    self._book.last = final  # what it counted, to its close
             link.close(None if timeout is None else timeout + 5.0)
         if self._progress is not None:
             self._progress.close()
@@ -478,6 +483,14 @@ class ProgressRelay:
         self._pending: dict[int, tuple[RemoteLease, float]] = {}
         self._closed = False
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def of(
+        cls, config: LeaseConfig, send: Callable[[tuple[Any, ...]], None]
+    ) -> ProgressRelay | None:
+        """The relay ``config`` needs: one with ``stall_timeout``, else none."""
+        stall = config.stall_timeout
+        return None if stall is None else cls(send, progress_interval(stall))
 
     def progress(self, lease: RemoteLease, now: float) -> None:
         if now - lease.progress_told >= self.interval:

@@ -85,6 +85,8 @@ environment:
                    AZURE_STORAGE_ACCOUNT_URL with AZURE_STORAGE_SAS_TOKEN or
                    AZURE_STORAGE_ACCOUNT_KEY, or with azure-identity's
                    DefaultAzureCredential when neither is set.
+  --queue URL      the variables of the URL's service, as above (redis://: the
+                   URL's password, or REDIS_PASSWORD).
   The renewer process (the default) reads the same variables.
   Credentials are never logged or shown.
 
@@ -144,6 +146,13 @@ def queue_flags(p: argparse.ArgumentParser) -> None:
         "and the queue name",
     )
     queue.add_argument("--azure", metavar="QUEUE", help="an Azure Storage queue, by its name")
+    queue.add_argument(
+        "--queue",
+        metavar="URL",
+        help="any queue by URL, as leasekeeper.connect takes it: https://sqs.REGION."
+        "amazonaws.com/ACCOUNT/NAME, sqs://NAME, mns://HOST/QUEUE, azure://ACCOUNT/QUEUE, "
+        "redis://HOST:PORT/DB?stream=S&group=G, or an installed plug-in's scheme",
+    )
 
 
 def sqs_flags(p: argparse.ArgumentParser) -> None:
@@ -211,6 +220,19 @@ def worker_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def failure_flags(p: argparse.ArgumentParser) -> None:
+    dead = p.add_argument_group("poison messages")
+    dead.add_argument(
+        "--dead-letter",
+        metavar="URL|NAME",
+        help="where a message goes once it failed --max-receives times (default 5 with "
+        "this flag): copied there, then deleted from its queue. A queue URL, or the name "
+        "of a queue on the same service (on Azure, 'poison' is <queue>-poison, created "
+        "if missing). Without it, failing messages are retried with growing delays, and "
+        "left to the queue's own redrive policy if it has one",
+    )
+
+
 def lease_flags(p: argparse.ArgumentParser) -> None:
     add_config_flags(
         p.add_argument_group(
@@ -255,6 +277,7 @@ FLAG_GROUPS: tuple[Callable[[argparse.ArgumentParser], None], ...] = (
     sqs_flags,
     worker_flags,
     lease_flags,
+    failure_flags,
     output_flags,
 )
 
@@ -265,7 +288,8 @@ def parser() -> argparse.ArgumentParser:
         prog=PROG,
         usage=(
             f"{PROG} MODULE:HANDLER\n"
-            "         (--sqs QUEUE_URL | --mns ENDPOINT QUEUE | --azure QUEUE) [options]"
+            "         (--queue URL | --sqs QUEUE_URL | --mns ENDPOINT QUEUE | --azure QUEUE)\n"
+            "         [options]"
         ),
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -382,6 +406,10 @@ def build_backend(args: argparse.Namespace) -> Backend:
     """The backend the queue flags name, from its spec (credentials from the
     environment): a missing credential or region is a UsageError naming what to set."""
     try:
+        if getattr(args, "queue", None) is not None:
+            from leasekeeper.backends.registry import connect
+
+            return connect(args.queue)
         if args.sqs is not None:
             spec: Any = _sqs_spec(args)
         elif args.mns is not None:
@@ -594,6 +622,7 @@ def _make_worker(
         "config": config,
         # Unless told: the renewer process, or a thread when it cannot start (a warning).
         "renewer": args.renewer or "auto",
+        "dead_letter": args.dead_letter,
     }
     if args.concurrency is not None:
         common["concurrency"] = args.concurrency

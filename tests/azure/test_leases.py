@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from azure.storage.queue import QueueClient
 
-from leasekeeper import Lease, LeaseManager, LeaseState
+from leasekeeper import Lease, LeaseManager, LeaseState, LostReason
 from leasekeeper.backends.azure import AzureQueueBackend
 
 pytestmark = [pytest.mark.realtime, pytest.mark.slow]
@@ -102,10 +102,10 @@ def test_message_whose_ttl_ends_during_processing_is_capped(
     queue_client.send_message("short-lived", time_to_live=6)
     [message] = backend.receive(visibility_timeout=2)
     assert message.hard_deadline is not None
-    reasons: list[tuple[Lease, str]] = []
+    reasons: list[tuple[Lease, LostReason]] = []
     called = threading.Event()
 
-    def on_lost(lease: Lease, reason: str) -> None:
+    def on_lost(lease: Lease, reason: LostReason) -> None:
         reasons.append((lease, reason))
         called.set()
 
@@ -118,7 +118,7 @@ def test_message_whose_ttl_ends_during_processing_is_capped(
         # capped by the manager's own hard_deadline (from expires_on), before any call
         # the service would have accepted anyway: Azurite lets visibility pass the expiry
         assert "expires_on" not in lease.reason and "expired" not in lease.reason
-        assert reasons == [(lease, lease.reason)]
+        assert reasons == [(lease, LostReason.CAPPED)]  # on_lost hears the reason's name
         assert manager.stats().capped == 1
         assert manager.stats().extend_errors == 0
         # the manager stopped before the expiry: the last extend never passed it

@@ -271,7 +271,7 @@ def shadow_boto3(tmp_path: Path) -> str:
 
 
 BAD = {
-    "no queue": (["jobs:handle"], "one of the arguments --sqs --mns --azure is required"),
+    "no queue": (["jobs:handle"], "one of the arguments --sqs --mns --azure --queue is required"),
     "two queues": (
         ["jobs:handle", "--sqs", "http://q", "--azure", "q"],
         "not allowed with argument",

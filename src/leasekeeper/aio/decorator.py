@@ -8,7 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from leasekeeper.aio.held import lease
-from leasekeeper.decorator import find_message
+from leasekeeper.decorator import find_message, mark_leased
 from leasekeeper.manager import LeaseManager
 
 __all__ = ["leased"]
@@ -70,6 +70,7 @@ def leased(
                 return await handler(*args, **kwargs)
             return cast(R, None)  # it raised Rollover: the job was handed on
 
+        mark_leased(run, handler)
         return run
 
     return wrap(func) if func is not None else wrap
