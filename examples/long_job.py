@@ -58,7 +58,7 @@ def handle(message: Message, worker: str) -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING)
-    queue = MemoryQueue(VISIBILITY, visibility_cap=CAP)
+    queue = MemoryQueue(VISIBILITY, max_lease_age=CAP)
     queue.send("render the report")
     workers = [
         Worker(

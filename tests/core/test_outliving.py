@@ -117,7 +117,7 @@ def test_checkpoint_is_progress_and_a_watch_never_stalls(clock: ManualClock) -> 
 
 
 def test_rolling_is_set_three_thresholds_before_the_cap(clock: ManualClock) -> None:
-    queue = MemoryQueue(30.0, clock=clock, visibility_cap=CAP)
+    queue = MemoryQueue(30.0, clock=clock, max_lease_age=CAP)
     queue.send("job")
     manager = LeaseManager(queue, clock=clock, on_cap="rollover", **FAST)
     [held] = manager.receive()
@@ -139,7 +139,7 @@ def test_rolling_is_set_three_thresholds_before_the_cap(clock: ManualClock) -> N
 
 
 def test_a_rollover_carries_the_checkpoint_and_deletes_the_original(clock: ManualClock) -> None:
-    queue = MemoryQueue(30.0, clock=clock, visibility_cap=CAP)
+    queue = MemoryQueue(30.0, clock=clock, max_lease_age=CAP)
     original = queue.send("the job's body")
     manager = LeaseManager(queue, clock=clock, on_cap="rollover", **FAST)
     [held] = manager.receive()
@@ -179,7 +179,7 @@ def test_a_checkpoint_must_be_json(clock: ManualClock) -> None:
 
 
 def test_a_lost_lease_sends_no_continuation(clock: ManualClock) -> None:
-    queue = MemoryQueue(30.0, clock=clock, visibility_cap=CAP)
+    queue = MemoryQueue(30.0, clock=clock, max_lease_age=CAP)
     queue.send("job")
     manager = LeaseManager(queue, clock=clock, on_cap="rollover", **FAST)
     [held] = manager.receive()
@@ -199,7 +199,7 @@ def test_a_failed_send_releases_the_original(clock: ManualClock) -> None:
                 raise ConnectionError("the service is unreachable")
             return super().send(body, *args, **kwargs)
 
-    queue = Refusing(30.0, clock=clock, visibility_cap=CAP)
+    queue = Refusing(30.0, clock=clock, max_lease_age=CAP)
     queue.send("job")
     queue.refuse = True
     manager = LeaseManager(queue, clock=clock, on_cap="rollover", **FAST)
@@ -273,7 +273,7 @@ def test_a_worker_rolls_a_long_job_over_twice(clock: ManualClock) -> None:
     finish through two rollovers, each hop carrying the last checkpoint, every
     original deleted, one holder at a time."""
     cap = 120.0
-    queue = MemoryQueue(30.0, clock=clock, visibility_cap=cap)
+    queue = MemoryQueue(30.0, clock=clock, max_lease_age=cap)
     first = queue.send("payload")
     seen: list[tuple[Any, ...]] = []
     worker = Worker(
@@ -303,7 +303,7 @@ def test_a_worker_rolls_a_long_job_over_twice(clock: ManualClock) -> None:
 
 
 def test_a_handler_that_ignores_rolling_is_capped(clock: ManualClock) -> None:
-    queue = MemoryQueue(30.0, clock=clock, visibility_cap=CAP)
+    queue = MemoryQueue(30.0, clock=clock, max_lease_age=CAP)
     queue.send("job")
     manager = LeaseManager(queue, clock=clock, on_cap="rollover", **FAST)
     [held] = manager.receive()
@@ -351,7 +351,7 @@ def test_current_lease_is_the_handlers_own_in_both_workers(clock: ManualClock) -
 
 
 def test_an_async_handler_rolls_over_too() -> None:
-    queue = MemoryQueue(30.0, visibility_cap=3600.0)
+    queue = MemoryQueue(30.0, max_lease_age=3600.0)
     first = queue.send("job")
     hops: list[Any] = []
 

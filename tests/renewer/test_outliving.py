@@ -1,4 +1,5 @@
-"""Issue 24 in the renewer process, on moto: a stalled handler lets go of its message.
+"""Issue 24 on moto, with the renewer process: a stalled handler lets go of its
+message, and a job longer than the queue's cap rolls over.
 
 A ``Worker`` on SQS renews in a process of its own by default. Its handler reports
 progress in a tight loop (the renewer process hears of it a few times a second,
@@ -120,3 +121,74 @@ def test_a_stalled_handler_lets_go_and_progress_is_coalesced(
     # Not one frame a call: at most one an interval (0.3 s) and one at the end of it.
     assert calls > 1000 and frames.frames <= 2 * (1.5 / 0.3) + 4
     assert worker.stats.lost == 1 and worker.stats.completed == 0
+
+
+def test_a_job_longer_than_the_cap_rolls_over_on_sqs(moto_endpoint: str, queue_url: str) -> None:
+    """SQS with max_lease_age overridden to 4 s (a margin of 2 % kept before it): each
+    hop is told to roll over three thresholds (3 x 0.4 s) before the cap, after six
+    steps of 0.5 s, so a job of 15 steps - nearly two caps - finishes through two
+    rollovers (more on a loaded machine), with two workers on the queue: each hop
+    resumes from the last checkpoint, every original is deleted, and no two hops run
+    at once."""
+    steps, step = 15, 0.5
+    hops: list[tuple[int, int]] = []
+    holders = threading.Semaphore(1)
+    overlaps: list[int] = []
+    lock = threading.Lock()
+
+    def handler(message: Message) -> None:
+        held = current_lease()
+        done = held.resumed or 0
+        hop = held.lineage.hop
+        with lock:
+            hops.append((hop, done))
+        alone = holders.acquire(blocking=False)
+        if not alone:
+            overlaps.append(hop)
+        try:
+            while done < steps:
+                held.check()  # Rollover once rolling is set
+                time.sleep(step)
+                done += 1
+                held.checkpoint(done)
+        finally:
+            if alone:
+                holders.release()
+
+    make_client(moto_endpoint).send_message(QueueUrl=queue_url, MessageBody="long")
+    workers = [
+        Worker(
+            SQSBackend(make_client(moto_endpoint), queue_url, max_lease_age=4.0),
+            handler,
+            concurrency=1,
+            wait_seconds=0.2,
+            on_cap="rollover",
+            visibility_timeout=1.2,
+            timer_interval=0.1,
+            minimal_life=0.3,
+        )
+        for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        deadline = time.monotonic() + SETTLE
+        while time.monotonic() < deadline:
+            if sum(w.stats.completed for w in workers) == 1:
+                break
+            time.sleep(0.1)
+    finally:
+        for worker in workers:
+            worker.stop(SETTLE)
+    print(f"\nhops (hop, from step): {hops}")
+    assert sum(w.stats.completed for w in workers) == 1
+    rolled = sum(w.stats.rolled_over for w in workers)
+    assert rolled >= 2 and [hop for hop, _ in hops] == list(range(rolled + 1))
+    starts = [done for _, done in hops]
+    assert starts[0] == 0 and starts == sorted(set(starts))  # each from the last checkpoint
+    assert overlaps == [] and sum(w.stats.lost + w.stats.failed for w in workers) == 0
+    counts = make_client(moto_endpoint).get_queue_attributes(
+        QueueUrl=queue_url, AttributeNames=["All"]
+    )["Attributes"]
+    assert counts["ApproximateNumberOfMessages"] == "0"  # every hop's message deleted
+    assert counts["ApproximateNumberOfMessagesNotVisible"] == "0"
