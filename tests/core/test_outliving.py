@@ -208,6 +208,7 @@ def test_a_failed_send_releases_the_original(clock: ManualClock) -> None:
         held.checkpoint(1)
         raise Rollover
     assert held.state is LeaseState.RELEASED
+    clock.advance(2)  # the release delay (1 s, jittered)
     assert len(queue) == 1 and queue.visible_count() == 1  # the original, to redo
     assert manager.stats().rolled_over == 0
     manager.close()
