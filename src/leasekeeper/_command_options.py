@@ -119,7 +119,8 @@ def in_flag_terms(text: str) -> str:
 
 def add_config_flags(group: argparse._ActionsContainer) -> None:
     """One flag per LeaseConfig field, explained by the field's docstring."""
-    descriptions = config_field_help()
+    # argparse %-formats help text: a "20 %" in a docstring must reach it as "%%".
+    descriptions = {name: text.replace("%", "%%") for name, text in config_field_help().items()}
     for field in dataclasses.fields(LeaseConfig):
         choices = FIELD_CHOICES.get(field.name)
         if choices is not None:
