@@ -215,7 +215,7 @@ class Extender:
             return True
         stall = self._config.stall_timeout
         if ending is None and stall is not None and record.stalls:
-            idle = now - record.progressed_at
+            idle = now - record.last_progress()
             if idle >= stall:
                 ending = Ending(
                     LostReason.STALLED,

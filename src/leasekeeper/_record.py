@@ -61,7 +61,8 @@ class LeaseRecord:
     event          that ``threading.Event``, created on first use
     owner          where the lease's own complete/release go (a ``LeaseOwner``)
     progressed_at  the handler's latest progress (``Lease.progress()``), for
-                   ``stall_timeout``; ``registered_at`` until it reports any
+                   ``stall_timeout``: unset until it reports any (read it with
+                   ``last_progress()``; left unset, it costs the hot path nothing)
     roll           the rollover's state (a ``RollState``), created on first use:
                    most leases never come near the service's cap
     """
@@ -89,6 +90,7 @@ class LeaseRecord:
 
     #: Can its handler stall (``stall_timeout``)? A watch lease has no handler of ours.
     stalls: ClassVar[bool] = True
+    progressed_at: float  # a slot left unset until the first progress() (see above)
 
     def __init__(self, owner: Any, message: Message, registered_at: float) -> None:
         self.owner = owner
@@ -107,7 +109,6 @@ class LeaseRecord:
         self.busy = False
         self.signalled = False
         self.event: threading.Event | None = None
-        self.progressed_at = registered_at
         self.roll: RollState | None = None
 
     @classmethod
@@ -152,11 +153,16 @@ class LeaseRecord:
             record.busy = False
             record.signalled = False
             record.event = None
-            record.progressed_at = registered_at  # the same float: no memory of its own
             record.roll = None
             return record
 
         return make
+
+    def last_progress(self) -> float:
+        """When the handler last made progress: its latest ``progress()``, else when
+        the lease was registered."""
+        at: float = getattr(self, "progressed_at", self.registered_at)
+        return at
 
     @property
     def reason(self) -> str | None:

@@ -315,7 +315,7 @@ class ChildRenewer:
         elif tag == "progress":
             for key, at in frame[1]:
                 lease = self._leases.get(key)
-                if lease is not None and at > lease.progressed_at:
+                if lease is not None and at > lease.last_progress():
                     lease.progressed_at = at  # the worker's monotonic clock is ours
         elif tag == "abandon":
             lease = self._leases.get(frame[1])
