@@ -103,7 +103,10 @@ def carried(message: Message) -> Carried | None:
 def unwrap(message: Message) -> Message:
     """Take a continuation's envelope off ``message`` in place (its body becomes the
     original's, its attributes the original's where the message has them) and
-    remember the lineage. Anything else is left as it is. Returns ``message``."""
+    remember the lineage. Anything else is left as it is (a wrong type too:
+    registering it raises the TypeError that names it). Returns ``message``."""
+    if not isinstance(message, Message):
+        return message
     body = message.body
     if isinstance(body, str):
         if not body.startswith(MARK):

@@ -33,6 +33,7 @@ import functools
 import signal
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -190,6 +191,34 @@ class TrackedAzure(Tracked):
         with self._lock:
             self.client.delete_queue()
             self.client.close()
+
+
+class TrackedRedis(Tracked):
+    """A Redis stream and its consumer group: an entry is left until deleted
+    (XACK + XDEL), in flight while it is pending in the group."""
+
+    def __init__(self, client: Any, stream: str, group: str) -> None:
+        self.client = client
+        self.stream = stream
+        self.group = group
+        self.label = f"Redis stream {stream!r}"
+
+    def left(self) -> int:
+        return int(self.client.xlen(self.stream))
+
+    def in_flight(self) -> int:
+        if not self.client.exists(self.stream):
+            return 0
+        groups = self.client.xinfo_groups(self.stream)
+        return sum(int(g["pending"]) for g in groups if g["name"] in (self.group, self.group.encode()))
+
+    def send(self, bodies: list[str]) -> None:
+        for body in bodies:
+            self.client.xadd(self.stream, {"body": body})
+
+    def close(self) -> None:
+        self.client.delete(self.stream)
+        self.client.close()
 
 
 class Operator:
@@ -373,6 +402,29 @@ class DocsHarness:
         self._track(TrackedAzure(client), messages)
         return conn
 
+    def redis_queue(self, messages: int = 0, *, stream: str = "jobs", group: str = "workers") -> str:
+        """A stream on the session's Redis server (empty: a page sends its own
+        entries); returns the server's URL. The page spells a reader's Redis,
+        ``redis://localhost:6379/...``: for the rest of the page
+        ``leasekeeper.connect`` takes that host and port to be the session's server."""
+        import redis
+
+        served: str = self.request.getfixturevalue("redis_url")
+        client = redis.Redis.from_url(served)
+        client.delete(stream)  # left over by an interrupted run
+        server = urllib.parse.urlsplit(served)
+        connect = leasekeeper.connect
+
+        def connect_to_session_server(url: str, *args: Any, **kwargs: Any) -> Any:
+            parts = urllib.parse.urlsplit(url)
+            if parts.scheme == "redis" and parts.netloc.endswith("localhost:6379"):
+                url = urllib.parse.urlunsplit(parts._replace(netloc=server.netloc))
+            return connect(url, *args, **kwargs)
+
+        self._patch.setattr(leasekeeper, "connect", connect_to_session_server)
+        self._track(TrackedRedis(client, stream, group), messages)
+        return served
+
     def _track(self, queue: Tracked, messages: int) -> None:
         self.tracked.append(queue)
         self.refill(messages)
@@ -409,8 +461,9 @@ class DocsHarness:
 
     # ------------------------------------------------------------------ the reader's code
 
-    def process(self, body: object) -> None:
-        """Stands in for the reader's work on a message body: records it."""
+    def process(self, body: object, *context: object) -> None:
+        """Stands in for the reader's work on a message body (and whatever else the
+        page hands it, such as an attribute): records the body."""
         self.processed[str(body)] += 1
         if self._slow_first is not None and sum(self.processed.values()) == 1:
             seconds, clock = self._slow_first
