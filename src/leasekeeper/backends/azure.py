@@ -91,6 +91,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[azure]'"
     ) from _exc
 
+from leasekeeper.backends import credentials
 from leasekeeper.backends.base import (
     CloudBackend,
     ErrorTable,
@@ -747,17 +748,12 @@ class AzureQueueSpec:
                 client = QueueClient.from_connection_string(env_conn, self.queue_name)
             else:
                 if credential is None:
-                    from azure.identity import DefaultAzureCredential
-
-                    credential = DefaultAzureCredential()
+                    credential = credentials.azure_default_credential(self.account_url)
                 client = QueueClient(self.account_url, self.queue_name, credential=credential)
         else:
             conn = self.connection_string or env_conn
             if not conn:
-                raise ConfigError(
-                    f"{type(self).__name__} needs AZURE_STORAGE_CONNECTION_STRING in the "
-                    "environment, or account_url"
-                )
+                raise ConfigError(credentials.azure_no_connection_string(type(self).__name__))
             client = QueueClient.from_connection_string(conn, self.queue_name)
         return AzureQueueBackend(client)
 

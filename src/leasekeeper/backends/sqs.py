@@ -78,6 +78,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[sqs]'"
     ) from _exc
 
+from leasekeeper.backends import credentials
 from leasekeeper.backends.base import (
     REDACTED,
     CloudBackend,
@@ -92,7 +93,7 @@ from leasekeeper.backends.base import (
     whole_seconds,
 )
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
-from leasekeeper.errors import ReceiveError
+from leasekeeper.errors import ConfigError, ReceiveError
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -292,7 +293,8 @@ def _classify_exception(exc: BaseException) -> tuple[OutcomeKind, str, str]:
             BaseEndpointResolverError,
         ),
     ):
-        return "fatal", f"{name}: the client is not configured to reach SQS", ""
+        # Which variable is missing, and where it goes on a cluster (executors).
+        return "fatal", f"{name}: {credentials.aws_configuration(exc)}", ""
     if isinstance(exc, ParamValidationError):
         return "fatal", f"{name}: malformed request (a leasekeeper bug, please report)", ""
     return "retry", name, ""
@@ -793,5 +795,9 @@ class SQSSpec:
     client_retries: bool = False  # SQSBackend's: leave botocore's retries on its calls
 
     def build(self) -> SQSBackend:
-        client = boto3.client("sqs", region_name=self.region, endpoint_url=self.endpoint_url)
+        try:
+            client = boto3.client("sqs", region_name=self.region, endpoint_url=self.endpoint_url)
+        except BaseEndpointResolverError as exc:  # NoRegionError: say which variable
+            detail = credentials.aws_configuration(exc)
+            raise ConfigError(f"{type(exc).__name__}: {detail}") from exc
         return SQSBackend(client, self.queue_url, client_retries=self.client_retries)
