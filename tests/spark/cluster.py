@@ -397,3 +397,41 @@ def _signal_group(pid: int, signum: int) -> None:
     # their executor's pipe closes).
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signum)
+
+
+def submit(
+    cluster: StandaloneCluster,
+    script: Path,
+    args: Iterable[str],
+    *,
+    conf: Mapping[str, str],
+    log: Path,
+    env: Mapping[str, str],
+) -> subprocess.Popen[bytes]:
+    """``spark-submit --master <cluster> --conf k=v ... script args``: a driver of its
+    own, in a process group of its own (the Python driver, its JVM and the JVM's
+    Python helpers die together with ``os.killpg``)."""
+    command = [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url]
+    for key, value in {**QUICK_JVM_CONF, **conf}.items():
+        command += ["--conf", f"{key}={value}"]
+    command += [str(script), *args]
+    home = toolchain.java_home()
+    full_env = {**os.environ, **env, "SPARK_CONF_DIR": str(cluster.root / "conf")}
+    if home is not None:
+        full_env["JAVA_HOME"] = str(home)
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            start_new_session=True,
+        )
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``proc``'s whole process group (a driver started by ``submit``)."""
+    _signal_group(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(STOP_TIMEOUT)
