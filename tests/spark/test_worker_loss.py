@@ -27,7 +27,13 @@ import pytest
 
 from leasekeeper import LeaseConfig, Message
 from leasekeeper.spark import SQSSource, read_stream, run_drain
-from tests.spark.cluster import StandaloneCluster, descendants, kill_group, submit
+from tests.spark.cluster import (
+    StandaloneCluster,
+    application_conf,
+    descendants,
+    kill_group,
+    submit,
+)
 from tests.spark.conftest import EXECUTOR_CORES, wait_for_executors
 from tests.spark.test_drain import fill, queue_depth
 from tests.spark.test_stream import QUERY_TIMEOUT, not_visible, run_available_now, sink_rows
@@ -37,7 +43,8 @@ from tests.sqs.conftest import make_client
 pytestmark = pytest.mark.slow
 
 MESSAGES = 300
-BATCH = 10  # drain's batch_size: what one task holds at a time
+BATCH = 10  # drain's batch_size
+HELD = 2 * BATCH  # what one drain task holds at most: a batch handled, one being finished
 # Long enough that a renewal delayed by a loaded machine does not lapse a lease
 # (which would be a duplicate that no kill explains), short enough that the dead
 # executor's messages come back soon.
@@ -138,11 +145,11 @@ def test_a_drain_loses_a_worker_and_its_executor(
     assert set(handled) == set(sent)
     assert len(runs) > at_kill, "the drain did not go on after the kill"
     # Run twice: only messages the dead executor had started, at most what its
-    # tasks held at once (EXECUTOR_CORES tasks of BATCH messages).
+    # tasks held at once (EXECUTOR_CORES tasks of HELD messages each).
     twice = {message_id for message_id, count in handled.items() if count > 1}
     on_dead = {message_id for message_id, pid in runs if pid in killed}
     assert twice <= on_dead
-    assert sum(handled[message_id] - 1 for message_id in twice) <= EXECUTOR_CORES * BATCH
+    assert sum(handled[message_id] - 1 for message_id in twice) <= EXECUTOR_CORES * HELD
     print(f"\n{len(on_dead)} messages ran on the killed executor; {len(twice)} ran again")
 
 
@@ -218,18 +225,14 @@ def test_a_second_application_without_keys_then_its_driver_killed(
     fill(client, stream_url, count)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     marks, status = tmp_path / "marks.log", tmp_path / "status"
-    conf = {
-        "spark.app.name": "leasekeeper-no-keys",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.pyspark.python": sys.executable,
-        "spark.executor.cores": "1",
-        "spark.cores.max": "1",
-        "spark.executor.memory": "512m",
-        "spark.executorEnv.AWS_REGION": "us-east-1",
-    }
+    # One executor of one core (each worker keeps one spare); the region, no keys.
+    conf = application_conf(
+        app_name="leasekeeper-no-keys",
+        executor_cores=1,
+        executors=1,
+        executor_env={"AWS_REGION": "us-east-1"},
+        executor_memory="512m",
+    )
     args = [
         f"--endpoint={moto_endpoint}",
         f"--drain-queue={drain_url}",
