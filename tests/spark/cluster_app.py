@@ -2,7 +2,7 @@
 ``spark-submit --master spark://...`` as a user deploys one: its own driver (this
 process and the JVM spark-submit starts), its own executor on the test cluster.
 
-Its executors get the region and no keys (``spark.executorEnv.AWS_REGION`` only,
+Its executors get the region and no keys (``spark.executorEnv.AWS_DEFAULT_REGION`` only,
 from the command line; the workers have none): what a cluster looks like when a
 user forgot to pass the credentials. The driver has keys in its environment.
 

@@ -230,7 +230,7 @@ def test_a_second_application_without_keys_then_its_driver_killed(
         app_name="leasekeeper-no-keys",
         executor_cores=1,
         executors=1,
-        executor_env={"AWS_REGION": "us-east-1"},
+        executor_env={"AWS_DEFAULT_REGION": "us-east-1"},
         executor_memory="512m",
     )
     args = [

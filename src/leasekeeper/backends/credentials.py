@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 AWS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-AWS_REGION = ("AWS_REGION", "AWS_DEFAULT_REGION")
+AWS_REGION = ("AWS_DEFAULT_REGION",)  # boto3's; it does not read AWS_REGION
 MNS_KEYS = ("MNS_ACCESS_KEY_ID", "MNS_ACCESS_KEY_SECRET")
 AZURE_CONNECTION = "AZURE_STORAGE_CONNECTION_STRING"
 AZURE_CREDENTIALS = ("AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY", AZURE_CONNECTION)
@@ -61,7 +61,7 @@ def aws_partial_credentials(missing: str | None) -> str:
 
 def aws_no_region() -> str:
     return (
-        missing_variables("no AWS region in this process", AWS_REGION, joiner="or")
+        missing_variables("no AWS region in this process", AWS_REGION)
         + ", or give the source its region (SQSSource(queue_url, region=...))"
     )
 
