@@ -233,6 +233,7 @@ def test_a_second_application_without_keys_then_its_driver_killed(
         executor_env={"AWS_DEFAULT_REGION": "us-east-1"},
         executor_memory="512m",
     )
+    conf["spark.task.maxFailures"] = "1"  # the drain's task fails once, not four times
     args = [
         f"--endpoint={moto_endpoint}",
         f"--drain-queue={drain_url}",

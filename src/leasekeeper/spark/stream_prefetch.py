@@ -48,6 +48,9 @@ RECEIVE_RETRY_LIMIT = 8.0
 # (0.5 + 1 + 2 + 4 + 8 s) before it gives Spark no batch: a failing receive is
 # not an empty queue, and the receiving goes on behind it.
 FAILING_WAIT = 15.5
+# With poll_seconds under this, an empty receive is followed by a pause this long
+# (or until a batch is asked for): no busy polling of an empty queue.
+IDLE_PAUSE = 0.2
 
 #: Adds to one of the reader's counts (``received``, ``too_short``, ``dropped``).
 Tally = Callable[[str, int], None]
@@ -206,6 +209,11 @@ class Prefetcher:
                         self._exhausted = not _any_sent_before(got, cutoff)
                     self._changed.notify_all()
                 empty = not got
+                if empty and not failed and self.options.poll_seconds < IDLE_PAUSE:
+                    # No long poll to wait in: pause rather than spin on an empty
+                    # queue; a take() (or stop) wakes the receiving at once.
+                    with self._changed:
+                        self._changed.wait(IDLE_PAUSE)
                 if failed and not got:
                     with self._changed:  # back off, unless stopping
                         self._changed.wait_for(lambda: self._stopping, pause)
