@@ -74,30 +74,6 @@ class ScriptedBackend(ForwardingBackend):
         return super().release(handles, delay) if scripted is None else scripted
 
 
-class SignallingLock:
-    """A Lock that says when someone starts waiting for it (to order race tests)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.waiting = threading.Event()
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if blocking and self._lock.locked():
-            self.waiting.set()
-        return self._lock.acquire(blocking, timeout)
-
-    def release(self) -> None:
-        self._lock.release()
-
-    def locked(self) -> bool:
-        return self._lock.locked()
-
-    __enter__ = acquire
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
 def hold_the_gil(seconds: float) -> None:
     """Keep every other thread of this process off the CPU for ``seconds``, as a
     C call that never releases the GIL (a big regex, a sort) would."""

@@ -8,7 +8,14 @@ still run long jobs (no second worker grabs a message that is being processed).
 
 from leasekeeper.backends.base import Backend, Handle, Message, Outcome
 from leasekeeper.config import LeaseConfig
-from leasekeeper.defaults import configure, default_manager, lease, leased, shutdown
+from leasekeeper.defaults import (
+    configure,
+    default_manager,
+    lease,
+    leased,
+    receive,
+    shutdown,
+)
 from leasekeeper.errors import (
     BackendError,
     ConfigError,
@@ -18,8 +25,12 @@ from leasekeeper.errors import (
     ManagerClosed,
     ReceiveError,
 )
-from leasekeeper.lease import Lease, LeaseScope, LeaseState
+from leasekeeper.lease import Lease, LeaseScope, LeaseState, WatchLease
 from leasekeeper.manager import LeaseManager, Stats
+from leasekeeper.process_renewer import ProcessRenewer
+from leasekeeper.reasons import LostReason
+from leasekeeper.renewer import Renewer
+from leasekeeper.thread_renewer import ThreadRenewer
 from leasekeeper.worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -37,11 +48,16 @@ __all__ = [
     "LeaseScope",
     "LeaseState",
     "LeaseTooShort",
+    "LostReason",
     "ManagerClosed",
     "Message",
     "Outcome",
+    "ProcessRenewer",
     "ReceiveError",
+    "Renewer",
     "Stats",
+    "ThreadRenewer",
+    "WatchLease",
     "Worker",
     "WorkerStats",
     "__version__",
@@ -49,5 +65,6 @@ __all__ = [
     "default_manager",
     "lease",
     "leased",
+    "receive",
     "shutdown",
 ]

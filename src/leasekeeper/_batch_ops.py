@@ -11,35 +11,59 @@ result is its own: one entry that fails fails only its lease.
 dispatch pool (a backend without batch calls would otherwise take one round trip
 per lease, one after another, while a shutdown waits).
 
-Op locks are taken in one fixed order (by ``id``), so two batch callers whose
-leases overlap cannot deadlock; dispatch threads only ever try op locks without
-blocking.
+A batch takes all its leases at once (``OpGate.take_all``), so two batch callers
+whose leases overlap cannot deadlock; dispatch threads only ever try, never wait.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from leasekeeper._handler_ops import LAPSED, HandlerOps
+from leasekeeper._calls import Calls
+from leasekeeper._handler_ops import HandlerOps
+from leasekeeper._lapse import lapsed
+from leasekeeper._ledger import Ledger
 from leasekeeper._record import LeaseRecord, LeaseState
 from leasekeeper.backends.base import Backend, Outcome, chunked
 from leasekeeper.errors import LeaseError
+from leasekeeper.lease import WatchLease
+from leasekeeper.reasons import Ending
 
 log = logging.getLogger("leasekeeper.manager")
 
 _ACTIVE = LeaseState.ACTIVE
 
 Result = BaseException | None  # per lease: None when done, else what the single form raises
+#: Runs tasks in parallel until a deadline; per task, False if it never ran.
+RunAll = Callable[
+    [Sequence[tuple[Callable[..., object], tuple[Any, ...]]], float | None], list[bool]
+]
+
+RELEASED_BY_CLOSE = Ending(None, "released by close()")
+FORGOTTEN_BY_CLOSE = Ending(None, "forgotten by close()")
+CLOSE_TIMED_OUT = Ending(None, "close() timed out before releasing it: it lapses")
 
 
 class BatchOps:
     """complete_many / release_many / release_all over one engine's ``HandlerOps``."""
 
-    def __init__(self, ops: HandlerOps) -> None:
+    def __init__(
+        self,
+        ops: HandlerOps,
+        ledger: Ledger,
+        calls: Calls,
+        records: Callable[[], list[LeaseRecord]],
+        run_all: RunAll,
+    ) -> None:
         self._ops = ops
-        self._engine = ops.engine
+        self._gate = ops.gate
         self._clock = ops.clock
+        self._ledger = ledger
+        self._calls = calls
+        self._records = records  # the active leases, a snapshot
+        self._run_all = run_all
 
     def complete_many(self, records: Sequence[LeaseRecord]) -> list[Result]:
         """Delete every lease's message; per lease, what ``complete()`` would do."""
@@ -77,20 +101,18 @@ class BatchOps:
     ) -> list[Result]:
         results: dict[int, Result] = {}
         unique = list({id(record): record for record in records}.values())
-        unique.sort(key=id)
         args: dict[int, float] = {}
         for record in unique:
             try:
                 args[id(record)] = arg_of(record)
             except (ValueError, TypeError) as exc:
                 results[id(record)] = exc
-        locked = [record for record in unique if id(record) not in results]
-        for record in locked:
-            record.op_lock.acquire()
+        taken = [record for record in unique if id(record) not in results]
+        self._gate.take_all(taken)
         try:
             # (backend, arg) -> the leases to send in calls of max_batch
             groups: dict[tuple[int, float], tuple[Backend, list[LeaseRecord]]] = {}
-            for record in locked:
+            for record in taken:
                 try:
                     send = prepare(record)
                 except (LeaseError, ValueError) as exc:
@@ -104,7 +126,7 @@ class BatchOps:
                 groups.setdefault(key, (backend, []))[1].append(record)
             for (_, arg), (backend, group) in groups.items():
                 for chunk in chunked(group, backend.max_batch):
-                    outcomes = self._engine.calls.call(
+                    outcomes = self._calls.call(
                         backend, operation, [record.handle() for record in chunk], arg
                     )
                     for record, first in zip(chunk, outcomes, strict=True):
@@ -114,56 +136,59 @@ class BatchOps:
                         except LeaseError as exc:
                             results[id(record)] = exc
         finally:
-            for record in locked:
-                record.op_lock.release()
-            self._engine.drain()
+            self._gate.give_all(taken)
+            for record in taken:
+                if record.state is _ACTIVE and record.gen == 0:
+                    self._ledger.reschedule(record)
+            self._ledger.drain()
         return [results[id(record)] for record in records]
 
     # ------------------------------------------------------------------ close()
 
     def release_all(self, deadline: float | None) -> None:
         """Release every active lease (close()): batched, in parallel, within
-        ``deadline``; each handler sees ``lease.lost`` set."""
-        engine = self._engine
-        chunks: list[tuple[Backend, Sequence[LeaseRecord]]] = []
+        ``deadline``; each handler sees ``lease.lost`` set. Watch leases are forgotten
+        instead: their owner ends their messages."""
+        ledger = self._ledger
         by_backend: dict[int, tuple[Backend, list[LeaseRecord]]] = {}
-        for record in engine.records():
-            wait = -1.0 if deadline is None else max(0.0, deadline - self._clock.now())
+        for record in self._records():
+            wait = None if deadline is None else max(0.0, deadline - self._clock.now())
             # A handler may be mid-delete: wait for it rather than race it.
-            if not record.op_lock.acquire(timeout=wait):
+            if not self._gate.take(record, wait):
                 continue
+            ending = None
             if record.state is not _ACTIVE:
-                record.op_lock.release()
-                continue
-            backend = record.message.backend
-            if self._clock.now() >= record.visible_until and not backend.rotates_receipts:
-                engine.end(record, LeaseState.LOST, LAPSED)  # a release would prove nothing
-                record.op_lock.release()
-                continue
-            by_backend.setdefault(id(backend), (backend, []))[1].append(record)
+                pass
+            elif isinstance(record, WatchLease):
+                ledger.end(record, LeaseState.FORGOTTEN, FORGOTTEN_BY_CLOSE)
+            else:
+                ending = lapsed(record, self._clock.now(), "release", "before sending")
+                if ending is not None:  # a release would prove nothing (rule 5)
+                    ledger.end(record, LeaseState.LOST, ending)
+                else:
+                    backend = record.message.backend
+                    by_backend.setdefault(id(backend), (backend, []))[1].append(record)
+                    continue
+            self._gate.give(record)
+        chunks: list[tuple[Backend, Sequence[LeaseRecord]]] = []
         for backend, group in by_backend.values():
             chunks += [(backend, chunk) for chunk in chunked(group, backend.max_batch)]
-        ran = engine.dispatcher.run_all(
+        ran = self._run_all(
             [(self._release_chunk, (backend, chunk)) for backend, chunk in chunks], deadline
         )
         for (_, chunk), done in zip(chunks, ran, strict=True):
             if done:
                 continue
             for record in chunk:  # still queued at the timeout: never sent
-                engine.end(
-                    record,
-                    LeaseState.RELEASED,
-                    "close() timed out before releasing it: it lapses",
-                    stop_handler=True,
-                )
-                record.op_lock.release()
-        engine.drain()
+                ledger.end(record, LeaseState.RELEASED, CLOSE_TIMED_OUT, stop_handler=True)
+            self._gate.give_all(chunk)
+        ledger.drain()
 
     def _release_chunk(self, backend: Backend, chunk: Sequence[LeaseRecord]) -> None:
-        """Release one batch of leases whose op locks the caller took; unlock them."""
+        """Release one batch of leases the caller took; give them back."""
         try:
             handles = [record.handle() for record in chunk]
-            outcomes = self._engine.calls.call(backend, "release", handles, 0.0)
+            outcomes = self._calls.call(backend, "release", handles, 0.0)
             for record, outcome in zip(chunk, outcomes, strict=True):
                 if outcome.kind not in ("ok", "lost"):
                     log.warning(
@@ -173,10 +198,7 @@ class BatchOps:
                         outcome.kind,
                         outcome.detail,
                     )
-                self._engine.end(
-                    record, LeaseState.RELEASED, "released by close()", stop_handler=True
-                )
+                self._ledger.end(record, LeaseState.RELEASED, RELEASED_BY_CLOSE, stop_handler=True)
         finally:
-            for record in chunk:
-                record.op_lock.release()
-            self._engine.drain()  # close() may have returned already
+            self._gate.give_all(chunk)
+            self._ledger.drain()  # close() may have returned already

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Sequence, Sized
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any, Protocol
@@ -34,10 +34,12 @@ Work = list[tuple[Lane, list[LeaseRecord]]]
 class DueWork(Protocol):
     """What the dispatcher needs of the engine it runs."""
 
-    clock: Clock
-
     @property
-    def pending(self) -> Sized: ...
+    def clock(self) -> Clock: ...
+
+    def has_pending(self) -> bool:
+        """Ended leases whose handlers are still to be told (``drain``)."""
+        ...
 
     def collect_locked(self, now: float) -> Work: ...
 
@@ -204,7 +206,7 @@ class Dispatcher:
                         return
                     now = clock.now()
                     work = engine.collect_locked(now)
-                    if not work and not engine.pending:
+                    if not work and not engine.has_pending():
                         next_due = engine.next_due_locked()
                         wait = tick if next_due is None else min(max(0.0, next_due - now), tick)
                         self.next_wake = now + wait

@@ -1,13 +1,13 @@
-"""A handler's operations on its lease: complete, release, abandon.
+"""A handler's operations on its lease: complete, release, forget, abandon.
 
-These run on the handler's thread (or the closing thread), one at a time per
-lease under its op lock (rule 4), and work on the engine only through its named
-methods: ``end``, ``reschedule``, ``drain``, ``count_lapses``.
+These run on the handler's thread (or the closing thread), one at a time per lease
+(rule 4: the lease's busy flag, ``_gate``), and work on the engine only through its
+``Ledger``: ``end``, ``end_completed``, ``reschedule``, ``drain``, ``count_lapses``.
 
-A lease whose deadline passed without a successful extend is decided here as it
-is for extends (rule 5): where receipts do not rotate (SQS), the service would
-answer a delete or release with a stale handle with success and do nothing, so
-the lease ends lost and nothing is sent; where they rotate (MNS, Azure), the
+A lease whose deadline passed without a successful extend is judged by rule 5
+(``_lapse``) as it is for extends: where receipts do not rotate (SQS), the service
+would answer a delete or release with a stale handle with success and do nothing,
+so the lease ends lost and nothing is sent; where they rotate (MNS, Azure), the
 service itself tells a stale receipt from a live one, so the call is made.
 """
 
@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import threading
 
-from leasekeeper._calls import checked
-from leasekeeper._engine import RenewalEngine
+from leasekeeper._calls import Calls, checked
 from leasekeeper._extend import RETRY_BASE
+from leasekeeper._gate import OpGate
+from leasekeeper._lapse import Operation, lapsed
+from leasekeeper._ledger import Ledger
 from leasekeeper._record import LeaseRecord, LeaseState
 from leasekeeper.backends.base import OK, Handle, Outcome
 from leasekeeper.clock import Clock, now_function
+from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import BackendError, LeaseError, LeaseLost
+from leasekeeper.reasons import Ending, LostReason
 
 log = logging.getLogger("leasekeeper.manager")
 
@@ -34,9 +39,7 @@ OP_ATTEMPTS = 4
 _ACTIVE = LeaseState.ACTIVE
 _new_tuple = tuple.__new__  # builds a Handle without NamedTuple's Python-level __new__
 _COMPLETED = LeaseState.COMPLETED
-LAPSED = "lapsed: its invisibility ran out before it was extended"
-_LAPSED = LAPSED
-LATE_DELETE = "lapsed: the delete was answered after the deadline"
+FORGOTTEN = Ending(None, "forgotten: its owner took it back")
 
 
 def valid_delay(delay: object) -> bool:
@@ -48,40 +51,74 @@ def valid_delay(delay: object) -> bool:
         return False
 
 
+def lost_error(record: LeaseRecord, fallback: str) -> LeaseLost:
+    """The ``LeaseLost`` a handler hears for an ended ``record``."""
+    ending = record.ending
+    if ending is None:
+        return LeaseLost(record.message.id, fallback)
+    return LeaseLost(record.message.id, ending.detail, ending.lost_reason)
+
+
 class HandlerOps:
-    """complete / release / abandon for the leases of one engine.
+    """complete / release / forget / abandon for the leases of one engine.
 
     Each operation is three steps, shared with the batch forms (``_batch_ops``):
-    ``prepare_*`` decides, with the op lock held, whether a call is to be sent at all
+    ``prepare_*`` decides, with the lease taken, whether a call is to be sent at all
     (or raises why not); the call; ``finish_*`` applies its outcome (after retrying
     a transient one with ``retry``) and raises what the handler must hear.
     """
 
-    def __init__(self, engine: RenewalEngine) -> None:
-        self.engine = engine
-        self._clock = engine.clock
-        self._now = now_function(engine.clock)
-        self._config = engine.config
-        self._calls = engine.calls  # the engine's one Calls, never replaced
+    def __init__(
+        self,
+        ledger: Ledger,
+        gate: OpGate,
+        calls: Calls,
+        *,
+        config: LeaseConfig,
+        clock: Clock,
+        rng: random.Random,
+        lock: threading.Lock,
+    ) -> None:
+        self._ledger = ledger
+        self._gate = gate
+        self._calls = calls  # the engine's one Calls, never replaced
+        self._config = config
+        self._clock = clock
+        self._now = now_function(clock)
+        self._rng = rng
+        # The engine's registry lock, which guards the busy flags: the hot path below
+        # sets one inline rather than through the gate (a call less per complete).
+        self._lock = lock
 
     @property
     def clock(self) -> Clock:
         return self._clock
 
+    @property
+    def gate(self) -> OpGate:
+        return self._gate
+
     # ------------------------------------------------------------------ complete
 
     def complete(self, record: LeaseRecord) -> None:
         # Half of the register/complete hot path (see ``make bench``): the common case
-        # - active, in time, one delete that succeeds - runs first and short. The op
-        # lock is taken with acquire/release rather than ``with``, which costs twice as
-        # much in CPython 3.11 (the special-method lookups).
-        lock = record.op_lock
-        lock.acquire()
+        # - active, free, in time, one delete that succeeds - runs first and short,
+        # taking the registry lock twice in all (here, and in end_completed).
+        lock = self._lock
+        lock.acquire()  # not ``with``: half the cost in CPython 3.11, on the hot path
+        try:
+            if record.busy:
+                self._gate.take_locked(record)  # an extend is out: wait for its receipt
+            else:
+                record.busy = True
+        finally:
+            lock.release()
+        given = False
         try:
             if (
                 record.state is not _ACTIVE or self._now() >= record.visible_until
             ) and not self.prepare_delete(record):
-                return
+                return  # completed already
             message = record.message
             calls = self._calls
             if calls.observers:  # timed and told: not the hot path any more
@@ -94,82 +131,92 @@ class HandlerOps:
                 )
             except Exception as exc:
                 answer = exc
-            # The common answer is [OK] itself (the shared instance); any other answer,
-            # a well-formed success included, takes the general path below.
+            # The common answer is [OK] itself (the shared instance), in time; any other
+            # answer - a well-formed success included, or one after the deadline, which
+            # rule 5 judges (``_lapse``) - takes the general path below.
             if (
                 type(answer) is list
                 and len(answer) == 1
                 and answer[0] is OK
-                and (self._now() < record.visible_until or message.backend.rotates_receipts)
+                and self._now() < record.visible_until
             ):
-                self.engine.end_completed(record)
+                self._ledger.end_completed(record, give=True)
+                given = True
                 return
             first = checked(message.backend, "delete", 1, answer)[0]
             self.finish_delete(record, self.retry(record, "delete", 0.0, first))
         finally:
-            lock.release()
+            if not given:
+                self.after_op(record)
 
     def prepare_delete(self, record: LeaseRecord) -> bool:
-        """Whether to send the delete of ``record`` (op lock held): False when it is
+        """Whether to send the delete of ``record`` (taken): False when it is
         completed already; raises when it cannot be completed. An abandoned lease
         whose message is still hidden may be; a lapsed one only where receipts
         rotate (rule 5)."""
         state = record.state
         if state is _ACTIVE:
-            if self._now() >= record.visible_until:
-                self._lapsed(record)  # raises where the delete would prove nothing
+            self._judge_before_sending(record, "delete")
             return True
         if state is _COMPLETED:
             return False
         if state is LeaseState.RELEASED:
             if record.signalled:
-                raise LeaseLost(record.message.id, record.reason or "released")
+                raise lost_error(record, "released")
             raise LeaseError(
                 f"lease on message {record.message.id!r} was released ({record.reason}); "
                 "it cannot be completed"
             )
+        if state is LeaseState.FORGOTTEN:
+            raise LeaseError(
+                f"lease on message {record.message.id!r} was forgotten; its owner ends it"
+            )
         if state is LeaseState.LOST or self._now() >= record.visible_until:
-            raise LeaseLost(record.message.id, record.reason or str(state))
+            raise lost_error(record, str(state))
         return True  # abandoned, and its message still hidden
 
     def finish_delete(self, record: LeaseRecord, outcome: Outcome) -> None:
-        """Apply a delete's outcome (op lock held): completed, or raise."""
-        engine = self.engine
+        """Apply a delete's outcome (the lease taken; the caller gives it back):
+        completed, or raise."""
+        ledger = self._ledger
         if outcome.kind == "ok":
-            if self._now() < record.visible_until or record.message.backend.rotates_receipts:
-                engine.end_completed(record)
+            ending = lapsed(record, self._now(), "delete", "answered")
+            if ending is None:
+                ledger.end_completed(record, give=False)
                 return
             # Rule 5, as for an extend: the answer came after the deadline, so the
             # request may have reached the service after it too, when another consumer
             # could hold the message; where receipts do not rotate (SQS) the service
             # then answers success and deletes nothing. The message may come again.
-            try:
-                engine.end(record, LeaseState.LOST, LATE_DELETE)
-                raise LeaseLost(record.message.id, LATE_DELETE)
-            finally:
-                self.after_op(record)
-        try:
-            if outcome.kind == "lost":
-                # Rule 4: "not found" after we lost it is a loss, not a success.
-                engine.end(record, LeaseState.LOST, f"lost: {outcome.detail}")
-                raise LeaseLost(record.message.id, f"delete rejected: {outcome.detail}")
-            if outcome.kind == "fatal":
-                engine.end(record, LeaseState.LOST, f"fatal: {outcome.detail}")
-            raise BackendError("delete", record.message.id, outcome.kind, outcome.detail)
-        finally:
-            self.after_op(record)
+            ledger.end(record, LeaseState.LOST, ending)
+            raise LeaseLost(record.message.id, ending.detail, ending.lost_reason)
+        if outcome.kind == "lost":
+            # Rule 4: "not found" after we lost it is a loss, not a success.
+            ending = Ending(LostReason.REJECTED, f"rejected: {outcome.detail}")
+            ledger.end(record, LeaseState.LOST, ending)
+            raise LeaseLost(
+                record.message.id, f"delete rejected: {outcome.detail}", LostReason.REJECTED
+            )
+        if outcome.kind == "fatal":
+            ledger.end(
+                record, LeaseState.LOST, Ending(LostReason.FATAL, f"fatal: {outcome.detail}")
+            )
+        raise BackendError("delete", record.message.id, outcome.kind, outcome.detail)
 
-    def _lapsed(self, record: LeaseRecord) -> None:
-        """The deadline passed unextended (op lock held): count the lapse, and where
-        the service cannot tell (receipts do not rotate) end the lease lost."""
-        engine = self.engine
-        engine.count_lapses([record], self._now())
-        if record.message.backend.rotates_receipts:
+    def _judge_before_sending(self, record: LeaseRecord, operation: Operation) -> None:
+        """Before a delete or release of an active lease (taken): count a lapse, and
+        where rule 5 says the call would prove nothing, end the lease lost and raise."""
+        now = self._now()
+        if now < record.visible_until:
+            return
+        self._ledger.count_lapses([record], now)
+        ending = lapsed(record, now, operation, "before sending")
+        if ending is None:
             return
         if record.state is _ACTIVE:
-            engine.end(record, LeaseState.LOST, _LAPSED)
-        engine.drain()
-        raise LeaseLost(record.message.id, record.reason or _LAPSED)
+            self._ledger.end(record, LeaseState.LOST, ending)
+        self._ledger.drain()
+        raise lost_error(record, ending.detail)
 
     # ------------------------------------------------------------------ release
 
@@ -179,13 +226,16 @@ class HandlerOps:
         """Release ``record``. ``stop_handler``: the release is not the handler's own
         doing (a shutdown), so set ``lease.lost`` to tell it to stop."""
         seconds = self.release_delay(record, delay)
-        with record.op_lock:
+        self._gate.take(record)
+        try:
             if not self.prepare_release(record):
                 return
             backend = record.message.backend
-            first = self.engine.calls.call(backend, "release", [record.handle()], seconds)[0]
+            first = self._calls.call(backend, "release", [record.handle()], seconds)[0]
             outcome = self.retry(record, "release", seconds, first)
             self.finish_release(record, outcome, seconds, stop_handler=stop_handler)
+        finally:
+            self.after_op(record)
 
     def release_delay(self, record: LeaseRecord, delay: float | None) -> float:
         """The delay to release ``record`` with: ``delay``, checked, or the configured
@@ -202,8 +252,8 @@ class HandlerOps:
         return min(float(delay), record.message.backend.max_visibility)
 
     def prepare_release(self, record: LeaseRecord) -> bool:
-        """Whether to send the release of ``record`` (op lock held): False when it
-        ended already; raises for a completed or lapsed one (rule 5)."""
+        """Whether to send the release of ``record`` (taken): False when it ended
+        already; raises for a completed or lapsed one (rule 5)."""
         state = record.state
         if state is _COMPLETED:
             raise LeaseError(
@@ -211,45 +261,57 @@ class HandlerOps:
             )
         if state is not _ACTIVE:
             return False  # released already, or not ours to release
-        if self._now() >= record.visible_until:
-            self._lapsed(record)
+        self._judge_before_sending(record, "release")
         return True
 
     def finish_release(
         self, record: LeaseRecord, outcome: Outcome, delay: float, *, stop_handler: bool
     ) -> None:
-        """Apply a release's outcome (op lock held)."""
-        engine = self.engine
+        """Apply a release's outcome (the lease taken; the caller gives it back)."""
+        ledger = self._ledger
+        if outcome.kind == "lost":
+            ledger.end(
+                record,
+                LeaseState.LOST,
+                Ending(LostReason.REJECTED, f"rejected: {outcome.detail}"),
+            )
+        elif outcome.kind == "ok":
+            detail = "released at shutdown" if stop_handler else f"released (delay {delay:g}s)"
+            ledger.end(record, LeaseState.RELEASED, Ending(None, detail), stop_handler=stop_handler)
+        else:
+            # Could not release: stop renewing so it lapses and comes back anyway.
+            log.warning(
+                "release of message %r failed (%s: %s); it will reappear when its "
+                "invisibility runs out",
+                record.message.id,
+                outcome.kind,
+                outcome.detail,
+            )
+            ledger.end(
+                record,
+                LeaseState.RELEASED,
+                Ending(None, f"release failed: {outcome.detail}"),
+                stop_handler=stop_handler,
+            )
+
+    # ------------------------------------------------------------------ the rest
+
+    def forget(self, record: LeaseRecord) -> None:
+        """Stop renewing ``record`` without a call to the service. An extend keeps the
+        lease busy for as long as its call is out, so taking it here waits for that
+        call: no extend of this lease reaches the service after this returns."""
+        self._gate.take(record)
         try:
-            if outcome.kind == "lost":
-                engine.end(record, LeaseState.LOST, f"lost: {outcome.detail}")
-            elif outcome.kind == "ok":
-                reason = "released at shutdown" if stop_handler else f"released (delay {delay:g}s)"
-                engine.end(record, LeaseState.RELEASED, reason, stop_handler=stop_handler)
-            else:
-                # Could not release: stop renewing so it lapses and comes back anyway.
-                log.warning(
-                    "release of message %r failed (%s: %s); it will reappear when its "
-                    "invisibility runs out",
-                    record.message.id,
-                    outcome.kind,
-                    outcome.detail,
-                )
-                engine.end(
-                    record,
-                    LeaseState.RELEASED,
-                    f"release failed: {outcome.detail}",
-                    stop_handler=stop_handler,
-                )
+            self._ledger.end(record, LeaseState.FORGOTTEN, FORGOTTEN)
         finally:
-            self.after_op(record)
+            self._gate.give(record)
+        self._ledger.drain()
 
     def abandon(self, record: LeaseRecord, reason: str) -> None:
-        """Stop renewing ``record`` and report it (as max_lease_duration would)."""
-        self.engine.end(record, LeaseState.ABANDONED, reason)
-        self.engine.drain()
-
-    # ------------------------------------------------------------------ shared
+        """Stop renewing ``record`` and report it: its handler succeeded but the delete
+        kept failing, so the message is left to come back and be done again."""
+        self._ledger.end(record, LeaseState.ABANDONED, Ending(LostReason.DELETE_FAILED, reason))
+        self._ledger.drain()
 
     def retry(self, record: LeaseRecord, operation: str, arg: float, first: Outcome) -> Outcome:
         """``first`` (the outcome of a first attempt), or, while it is transient and the
@@ -259,8 +321,8 @@ class HandlerOps:
         for attempt in range(1, OP_ATTEMPTS):
             if outcome.kind != "retry" or self._now() >= record.visible_until:
                 break
-            self._sleep(RETRY_BASE * 2 ** (attempt - 1) * self.engine.rng.uniform(0.5, 1.5))
-            outcome = self.engine.calls.call(backend, operation, [record.handle()], arg)[0]
+            self._sleep(RETRY_BASE * 2 ** (attempt - 1) * self._rng.uniform(0.5, 1.5))
+            outcome = self._calls.call(backend, operation, [record.handle()], arg)[0]
         return outcome
 
     def _sleep(self, seconds: float) -> None:
@@ -269,8 +331,10 @@ class HandlerOps:
             self._clock.wait(gate, seconds)
 
     def after_op(self, record: LeaseRecord) -> None:
-        """After a handler's op: renew again if it is still ours, then report. (An
-        extend that fell due meanwhile skipped the lease, which was left unscheduled.)"""
+        """After a handler's op: give the lease back, renew it again if it is still
+        ours, then report. (An extend that fell due meanwhile skipped the lease,
+        which was left unscheduled.)"""
+        self._gate.give(record)
         if record.state is _ACTIVE and record.gen == 0:
-            self.engine.reschedule(record)
-        self.engine.drain()
+            self._ledger.reschedule(record)
+        self._ledger.drain()

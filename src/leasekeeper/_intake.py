@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from leasekeeper.backends.base import Backend, Message
+from leasekeeper.clock import Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import LeaseLost, LeaseTooShort, ManagerClosed, ReceiveError
 from leasekeeper.lease import Lease
@@ -57,6 +58,7 @@ class Intake:
         prefetch: int | None,
         gather: float,
         config_fields: dict[str, Any],
+        clock: Clock | None = None,
     ) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {type(handler).__name__}")
@@ -73,9 +75,10 @@ class Intake:
         if not 0 <= gather <= 1:
             raise ValueError(f"gather must be between 0 and 1 second, got {gather!r}")
         if isinstance(manager_or_backend, LeaseManager):
-            if config is not None or config_fields or renewer is not None:
+            if config is not None or config_fields or renewer is not None or clock is not None:
                 raise TypeError(
-                    f"pass config and renewer to the LeaseManager, not to a {kind} built on one"
+                    f"pass config, renewer and clock to the LeaseManager, not to a {kind} "
+                    "built on one"
                 )
             if manager_or_backend.backend is None:
                 raise ValueError("the LeaseManager has no backend to receive from")
@@ -85,7 +88,11 @@ class Intake:
         elif isinstance(manager_or_backend, Backend):
             self.backend = manager_or_backend
             self.manager = LeaseManager(
-                manager_or_backend, config, renewer=renewer or "thread", **config_fields
+                manager_or_backend,
+                config,
+                renewer=renewer or "thread",
+                clock=clock,
+                **config_fields,
             )
             self.owns_manager = True
         else:

@@ -18,7 +18,7 @@ import logging
 import math
 from array import array
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 log = logging.getLogger("leasekeeper.manager")
 
@@ -53,6 +53,9 @@ class Stats:
     extend_latency_p50: float
     extend_latency_p99: float
     extend_threshold: float = 0.0  # the threshold in force (adapted with "auto")
+    forgotten: int = 0  # watch leases whose owner took the message back (lease.forget())
+    #: Lost and abandoned leases by ``LostReason`` value ("lapsed", "rejected", ...).
+    lost_reasons: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -118,8 +121,10 @@ class Metrics:
         "extend_errors",
         "extend_latency",
         "extended",
+        "forgotten",
         "lapses",
         "lost",
+        "lost_reasons",
         "margin_warnings",
         "registered",
         "released",
@@ -132,7 +137,8 @@ class Metrics:
     def __init__(self) -> None:
         self.registered = self.extended = self.extend_calls = self.extend_errors = 0
         self.retries = self.lost = self.completed = self.released = 0
-        self.abandoned = self.capped = self.lapses = 0
+        self.abandoned = self.capped = self.lapses = self.forgotten = 0
+        self.lost_reasons: dict[str, int] = {}
         self.callback_errors = self.scheduler_errors = self.margin_warnings = 0
         self.scheduler_lag = SampleRing()
         self.send_lag = SampleRing()
@@ -171,6 +177,8 @@ class Metrics:
             extend_latency_p50=percentile(latency, 0.50),
             extend_latency_p99=percentile(latency, 0.99),
             extend_threshold=threshold,
+            forgotten=self.forgotten,
+            lost_reasons=dict(self.lost_reasons),
         )
 
     # ------------------------------------------------------------------ rate-limited warnings

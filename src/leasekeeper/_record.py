@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from leasekeeper.backends.base import Handle, Message
+from leasekeeper.reasons import Ending, LostReason
 
 _new_tuple = tuple.__new__
-_new_lock = threading.Lock
 _new_object = object.__new__
 R = TypeVar("R", bound="LeaseRecord")
 
@@ -34,6 +34,7 @@ class LeaseState(str, enum.Enum):
     RELEASED = "released"  # made visible again (handler failed, or close())
     LOST = "lost"  # the service says the receipt is dead, or the deadline passed
     ABANDONED = "abandoned"  # renewing stopped: max_lease_duration or the service's cap
+    FORGOTTEN = "forgotten"  # renewing stopped at the owner's word (lease.forget()): untouched
 
     def __str__(self) -> str:
         return self.value
@@ -46,29 +47,31 @@ class LeaseRecord:
     receipt        its newest receipt (a secret: never logged)
     visible_until  the local deadline (rule 1: counted from just before the send)
     registered_at  when it was registered (for max_lease_duration)
-    state, reason  where it is in its life, and why it ended
+    state          where it is in its life
+    ending         why it ended (an ``Ending``: a ``LostReason`` and the detail)
     extensions     successful extends
     gen            generation of its live heap entry; 0 = not scheduled
     due            when its live heap entry is due
     watch          generation of its deadline watch while an extend is out; 0 = none
     retries        transient failures since the last successful extend
     last_error     the detail of the latest of those
-    op_lock        held by whichever operation (extend, delete, release) runs now
+    busy           an operation (extend, delete, release, forget) runs on it now:
+                   rule 4's flag, guarded by the engine's registry lock (``_gate``)
     signalled      the handler has been told to stop (``Lease.lost`` is set)
     event          that ``threading.Event``, created on first use
     owner          where the lease's own complete/release go (a ``LeaseOwner``)
     """
 
     __slots__ = (
+        "busy",
         "due",
+        "ending",
         "event",
         "extensions",
         "gen",
         "last_error",
         "message",
-        "op_lock",
         "owner",
-        "reason",
         "receipt",
         "registered_at",
         "retries",
@@ -85,14 +88,14 @@ class LeaseRecord:
         self.visible_until = message.visible_until
         self.registered_at = registered_at
         self.state = LeaseState.ACTIVE
-        self.reason: str | None = None
+        self.ending: Ending | None = None
         self.extensions = 0
         self.gen = 0
         self.due = 0.0
         self.watch = 0
         self.retries = 0
         self.last_error = ""
-        self.op_lock = _new_lock()
+        self.busy = False
         self.signalled = False
         self.event: threading.Event | None = None
 
@@ -114,7 +117,7 @@ class LeaseRecord:
         ]
         if own or cls.__init__ is not LeaseRecord.__init__:
             raise TypeError(f"{cls.__qualname__} adds fields; build it with {cls.__qualname__}()")
-        new, active, new_lock = _new_object, LeaseState.ACTIVE, _new_lock
+        new, active = _new_object, LeaseState.ACTIVE
 
         # The fields are written out again here rather than by calling __init__ on
         # the new object: __init__ is shared by every record class, so CPython's
@@ -128,19 +131,32 @@ class LeaseRecord:
             record.visible_until = message.visible_until
             record.registered_at = registered_at
             record.state = active
-            record.reason = None
+            record.ending = None
             record.extensions = 0
             record.gen = 0
             record.due = 0.0
             record.watch = 0
             record.retries = 0
             record.last_error = ""
-            record.op_lock = new_lock()
+            record.busy = False
             record.signalled = False
             record.event = None
             return record
 
         return make
+
+    @property
+    def reason(self) -> str | None:
+        """Why it ended, in words (None while active)."""
+        ending = self.ending
+        return None if ending is None else ending.detail
+
+    @property
+    def lost_reason(self) -> LostReason | None:
+        """Why it was lost or abandoned (None while active, or when it was completed,
+        released or forgotten)."""
+        ending = self.ending
+        return None if ending is None else ending.lost_reason
 
     def handle(self) -> Handle:
         """The message id and newest receipt, for a backend call."""

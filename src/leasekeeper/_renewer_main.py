@@ -1,6 +1,6 @@
 """The renewer process: ``python -m leasekeeper._renewer_main FD``.
 
-Started by ``_process.ProcessRenewer`` with one end of a socket pair as file
+Started by ``process_renewer.ProcessRenewer`` with one end of a socket pair as file
 descriptor FD. It builds its own backend from the worker's ``backend.spec()``, runs
 an ordinary thread-mode ``LeaseManager`` on it, and does what the worker asks
 (``_wire`` lists the frames): lease, complete, release, report. Because it is a
@@ -49,6 +49,7 @@ from leasekeeper.errors import LeaseError
 from leasekeeper.lease import Lease
 from leasekeeper.manager import LeaseManager
 from leasekeeper.observers import CallEvent, Observer
+from leasekeeper.reasons import LostReason
 
 log = logging.getLogger("leasekeeper.renewer")
 
@@ -157,7 +158,17 @@ class Forwarder(Observer):
             return
         self._leases.pop(key, None)
         if state is not LeaseState.COMPLETED:  # a completion is the reply's to tell
-            self._outbox.put(("ended", key, state.value, reason, lease.signalled))
+            lost = lease.lost_reason
+            self._outbox.put(
+                (
+                    "ended",
+                    key,
+                    state.value,
+                    None if lost is None else lost.value,
+                    reason,
+                    lease.signalled,
+                )
+            )
 
     def on_call(self, event: CallEvent) -> None:
         if self.events:
@@ -240,7 +251,7 @@ class ChildRenewer:
                     self._done.set()
                     return
                 tag = frame[0]
-                if tag not in ("complete", "release"):
+                if tag not in ("complete", "release", "forget"):
                     self._handle(frame)
                     continue
                 with self._busy_lock:
@@ -248,6 +259,8 @@ class ChildRenewer:
             try:
                 if tag == "complete":
                     self._complete(frame[1], self._find(frame[2]))
+                elif tag == "forget":
+                    self._forget(frame[1], frame[2])
                 else:
                     self._release(frame[1], self._find(frame[2]), frame[3], frame[4])
             except Exception:
@@ -272,6 +285,8 @@ class ChildRenewer:
                     self._complete(frame[1], self._find(frame[2]))
                 elif tag == "release":
                     self._release(frame[1], self._find(frame[2]), frame[3], frame[4])
+                elif tag == "forget":
+                    self._forget(frame[1], frame[2])
                 elif tag != "close":
                     self._handle(frame)
         except (EOFError, OSError):
@@ -323,6 +338,7 @@ class ChildRenewer:
             deadline_hint,
             hard_deadline,
             receive_count,
+            watch,
         ) = frame
         message = Message(
             id=message_id,
@@ -336,12 +352,21 @@ class ChildRenewer:
             hard_deadline=hard_deadline,
         )
         try:
-            lease = self._manager.register(message)
+            lease = (self._manager.watch if watch else self._manager.register)(message)
         except LeaseError as exc:
-            self._outbox.put(("ended", key, LeaseState.LOST.value, str(exc), True))
+            lost = LostReason.LAPSED.value
+            self._outbox.put(("ended", key, LeaseState.LOST.value, lost, str(exc), True))
             return
         self._leases[key] = lease
         self._keys[id(lease)] = key
+
+    def _forget(self, request: int, key: int) -> None:
+        """Stop renewing one lease; answered once no extend of it is in flight (it
+        waits until the lease is free), off the reading thread so others go on."""
+        lease = self._leases.get(key)
+        if lease is not None:
+            lease.forget()
+        self._outbox.reply(("done", request, None))
 
     def _find(self, keys: Sequence[int]) -> list[Lease | None]:
         return [self._leases.get(key) for key in keys]
@@ -454,7 +479,7 @@ def main(argv: Sequence[str]) -> int:
         try:
             spec, config = pickle.loads(payload)
             backend = spec.build()
-            manager = LeaseManager(backend, LeaseConfig.from_fields(config, {}))
+            manager = LeaseManager(backend, LeaseConfig.from_fields(config, {}), renewer="thread")
         except WorkerGone:
             raise
         except Exception as exc:

@@ -6,10 +6,11 @@ element:
 
 worker -> renewer
     ("add", key, message_id, receipt, received_at, visibility_timeout,
-     deadline_hint, hard_deadline, receive_count)          start renewing; no reply
+     deadline_hint, hard_deadline, receive_count, watch)   start renewing; no reply
     ("complete", request, keys)                             reply: results per key
     ("release", request, keys, delay, stop_handler)         reply: results per key
     ("abandon", key, reason)                                no reply
+    ("forget", request, key)                                reply once no extend is out
     ("stats", request)                                      reply: Stats
     ("observe", on)                                         forward observer events
     ("close", request, release, timeout)                    reply, then it exits
@@ -18,7 +19,8 @@ renewer -> worker (its sender thread batches them: ("batch", [frame, ...]))
     ("ready", pid) / ("failed", text)                       once, at start
     ("done", request, payload)                              a request's reply
     ("extended", key, receipt, visible_until, extensions)
-    ("ended", key, state, reason, stop_handler)             lost, abandoned, released
+    ("ended", key, state, lost_reason, detail, stop_handler)  lost, abandoned,
+                                                            released, forgotten
     ("event", callback, args)                               an observer callback
 
 Keys are the worker's lease ids (ints), never message ids: a message received
@@ -59,7 +61,7 @@ def encode_error(exc: BaseException | None) -> Encoded:
     if exc is None:
         return None
     if isinstance(exc, LeaseLost):
-        return ("LeaseLost", (exc.message_id, exc.reason))
+        return ("LeaseLost", (exc.message_id, exc.reason, exc.lost_reason))
     if isinstance(exc, BackendError):
         return ("BackendError", (exc.operation, exc.message_id, exc.kind, exc.detail))
     for kind in (ManagerClosed, ConfigError, LeaseError, ValueError):

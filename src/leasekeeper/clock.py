@@ -78,3 +78,54 @@ def now_function(clock: Clock) -> Callable[[], float]:
     """``clock.now``, or ``time.monotonic`` itself for the system clock: the hot
     paths call it several times per lease and the method adds a Python frame."""
     return time.monotonic if type(clock) is SystemClock else clock.now
+
+
+class Alarm:
+    """A one-shot ``ClockDriven`` runner: calls ``ring()`` once a driven clock is
+    advanced to ``at``. How a thread (or an event loop) waits for a moment of a
+    ``ManualClock``: it blocks for real until the test moves time past it."""
+
+    __slots__ = ("_ring", "at", "rung")
+
+    def __init__(self, at: float, ring: Callable[[], object]) -> None:
+        self.at = at
+        self._ring = ring
+        self.rung = False
+
+    def next_wakeup(self) -> float | None:
+        return None if self.rung else self.at
+
+    def run_due(self) -> None:
+        if not self.rung:
+            self.rung = True
+            self._ring()
+
+
+def wait_until(clock: Clock, condition: threading.Condition, until: float | None) -> None:
+    """Wait on ``condition`` (held by the caller) until it is notified, or until
+    ``clock`` reads ``until`` (None: no limit).
+
+    On a driven clock time passes only when a test advances it, so the thread blocks
+    for real until it is notified or the clock is advanced to ``until`` - never in
+    a loop that checks the time over and over.
+    """
+    if until is None:
+        condition.wait()
+        return
+    if not isinstance(clock, DrivenClock):
+        clock.wait(condition, until - clock.now())
+        return
+    if clock.now() >= until:
+        return
+
+    def ring() -> None:
+        with condition:
+            condition.notify_all()
+
+    alarm = Alarm(until, ring)
+    clock.attach(alarm)
+    try:
+        if clock.now() < until:  # advanced past it between the check and the attach?
+            condition.wait()
+    finally:
+        clock.detach(alarm)

@@ -19,7 +19,7 @@ from leasekeeper.clock import Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.decorator import wrap_in_lease
 from leasekeeper.errors import LeaseError
-from leasekeeper.lease import LeaseScope
+from leasekeeper.lease import Lease, LeaseScope
 from leasekeeper.manager import LeaseManager, OnLost
 
 P = ParamSpec("P")
@@ -82,6 +82,15 @@ def default_manager(backend: Backend) -> LeaseManager:
             )
             _managers[id(backend)] = manager
         return manager
+
+
+def receive(queue: Backend, max_messages: int = 1, wait_seconds: float = 0.0) -> list[Lease]:
+    """``LeaseManager.receive`` on the default manager for ``queue``: up to
+    ``max_messages`` messages, each leased from the instant it arrived.
+
+    ``for held in leasekeeper.receive(queue, max_messages=10): with held: ...``
+    """
+    return default_manager(queue).receive(max_messages=max_messages, wait_seconds=wait_seconds)
 
 
 def lease(message: Message, *, release_delay: float | None = None) -> LeaseScope:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from leasekeeper.reasons import LostReason
+
 ReceiveErrorKind = Literal["retry", "fatal"]
 
 
@@ -30,10 +32,16 @@ class LeaseLost(LeaseError):
     which case nothing is deleted).
     """
 
-    def __init__(self, message_id: str, reason: str) -> None:
+    def __init__(self, message_id: str, reason: str, lost_reason: LostReason | None = None) -> None:
         super().__init__(f"lease on message {message_id!r} lost: {reason}")
         self.message_id = message_id
         self.reason = reason
+        #: Why, in leasekeeper's vocabulary (None where no loss was recorded: a lease
+        #: released under its handler at shutdown).
+        self.lost_reason = lost_reason
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.message_id, self.reason, self.lost_reason))
 
 
 class LeaseTooShort(LeaseError):
@@ -47,7 +55,9 @@ class LeaseTooShort(LeaseError):
         super().__init__(
             f"message {message_id!r} has {remaining:.3f}s of invisibility left, "
             f"less than minimal_life ({minimal_life:g}s): it could reappear before "
-            "the first extend; receive it again or lower minimal_life"
+            "the first extend. Register at receipt: manager.receive(...) leases each "
+            "message the instant it arrives (a message left waiting in a list burns "
+            "its invisibility)"
         )
         self.message_id = message_id
         self.remaining = remaining

@@ -47,6 +47,7 @@ from leasekeeper.backends.base import ForwardingBackend, Message
 from leasekeeper.lease import LeaseState
 from leasekeeper.manager import LeaseManager
 from leasekeeper.observers import CallEvent, Observer
+from leasekeeper.reasons import LostReason
 from leasekeeper.worker import Worker
 
 if TYPE_CHECKING:
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
     from leasekeeper._record import LeaseRecord
 
 __all__ = [
-    "REASONS",
     "SYSTEMS",
     "Instrumentation",
     "backend_attributes",
@@ -63,7 +63,6 @@ __all__ = [
     "error_type",
     "instrument",
     "messaging_system",
-    "reason_class",
 ]
 
 SCOPE = "leasekeeper"
@@ -91,20 +90,6 @@ SYSTEMS: Mapping[str, str] = {
     "leasekeeper.backends.memory": "leasekeeper.memory",
 }
 
-#: The classes of ``leasekeeper.leases.lost``'s ``leasekeeper.lease.reason``, by how
-#: the manager's free-text reason starts. Anything else is "other".
-REASONS: tuple[tuple[str, str], ...] = (
-    ("lost:", "rejected"),  # the service refused the receipt (deleted, received again)
-    ("fatal:", "fatal"),  # the service refused the call for good (permissions, queue gone)
-    ("lapsed", "lapsed"),  # the deadline passed before an extend was sent (or answered)
-    ("no successful extend", "transient_errors"),  # retries until the deadline
-    ("the extend call had not returned", "call_timeout"),  # a call hung past the deadline
-    ("the message was received again", "received_elsewhere"),
-    ("capped", "capped"),  # the service's cap on total invisibility (SQS: 12 h)
-    ("max_lease_duration", "max_lease_duration"),
-    ("delete failed", "delete_failed"),  # the handler succeeded, its delete kept failing
-)
-
 # Worst first: the error.type of a call that answered but not "ok" for every entry.
 _FAILED_KINDS = ("fatal", "lost", "capped", "retry")
 
@@ -114,14 +99,6 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.
 HEADROOM_BUCKETS = (0, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 Attributes = dict[str, "AttributeValue"]
-
-
-def reason_class(reason: str) -> str:
-    """The fixed class of a lost or abandoned lease's ``reason`` (see ``REASONS``)."""
-    for prefix, name in REASONS:
-        if reason.startswith(prefix):
-            return name
-    return "other"
 
 
 def error_type(event: CallEvent) -> str | None:
@@ -363,7 +340,7 @@ class _Recorder(Observer):
             attributes = {
                 **self._attributes(lease.message.backend),
                 STATE: state.value,
-                REASON: reason_class(reason),
+                REASON: (lease.lost_reason or LostReason.LAPSED).value,
             }
             self._i.lost.add(1, attributes)
 
@@ -405,7 +382,8 @@ class Instrumentation:
     def active(self) -> bool:
         return self._active
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Start recording (``instrument`` does it; twice would record twice)."""
         manager = self._manager()
         assert manager is not None
         with self._instruments.lock:
@@ -480,7 +458,7 @@ def instrument(
 
         tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
     handle = Instrumentation(manager, _instruments_for(meter_provider), worker, tracer)
-    handle._start()
+    handle.start()
     return handle
 
 

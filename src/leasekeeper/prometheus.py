@@ -23,6 +23,7 @@ default ``namespace="leasekeeper"``:
 | leasekeeper_leases_registered_total | counter | registered |
 | leasekeeper_leases_ended_total{state} | counter | completed, released, lost, abandoned |
 | leasekeeper_leases_capped_total | counter | capped (part of abandoned) |
+| leasekeeper_leases_lost_total{reason} | counter | lost_reasons (by ``LostReason``) |
 | leasekeeper_extensions_total | counter | extended |
 | leasekeeper_extend_calls_total | counter | extend_calls |
 | leasekeeper_extend_errors_total | counter | extend_errors |
@@ -55,6 +56,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     ) from exc
 
 from leasekeeper.manager import LeaseManager, Stats
+from leasekeeper.reasons import LostReason
 
 __all__ = ["LeaseCollector", "MetricsServer", "serve_metrics"]
 
@@ -156,6 +158,15 @@ class LeaseCollector(Collector):
             for state in _ENDED:
                 ended.add_metric([state], getattr(stats, state))
         yield ended
+        lost = CounterMetricFamily(
+            f"{ns}_leases_lost",
+            "Leases lost or abandoned, by leasekeeper.LostReason (lapsed, rejected, ...).",
+            labels=["reason"],
+        )
+        if stats is not None:
+            for reason in LostReason:
+                lost.add_metric([reason.value], stats.lost_reasons.get(reason.value, 0))
+        yield lost
         for name, field, help_text in _COUNTERS:
             counter = CounterMetricFamily(f"{ns}_{name}", help_text)
             if stats is not None:

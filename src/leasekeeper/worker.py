@@ -31,15 +31,25 @@ import functools
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from types import FrameType
 from typing import Any, Literal
 
 from leasekeeper._intake import Intake, WorkerStats
+from leasekeeper._receive_loop import (
+    Finish,
+    Flush,
+    Receive,
+    Start,
+    Step,
+    Wait,
+    receive_loop,
+    shutdown_steps,
+)
 from leasekeeper.backends.base import Backend, Message
-from leasekeeper.clock import SYSTEM_CLOCK
+from leasekeeper.clock import Clock, wait_until
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ManagerClosed, ReceiveError
 from leasekeeper.lease import Lease
@@ -73,6 +83,10 @@ class Worker:
 
     ``worker.around_handler``, when set, wraps each ``handler(message)`` call
     (``leasekeeper.otel.instrument(worker)`` sets it to a tracing span).
+
+    ``clock``: the time the worker (and the manager it makes) reads; on a
+    ``leasekeeper.testing.ManualClock`` its waits last until the test advances the
+    clock. A worker built on a manager uses the manager's clock.
     """
 
     def __init__(
@@ -88,6 +102,7 @@ class Worker:
         renewer: Literal["thread", "process"] | None = None,
         prefetch: int | None = None,
         gather: float = 0.05,
+        clock: Clock | None = None,
         **config_fields: Any,
     ) -> None:
         self.intake = Intake(
@@ -102,9 +117,11 @@ class Worker:
             renewer=renewer,
             prefetch=prefetch,
             gather=gather,
+            clock=clock,
             config_fields=config_fields,
         )
         self.manager: LeaseManager = self.intake.manager
+        self.clock: Clock = self.manager.clock
         self.backend: Backend = self.intake.backend
         self.handler = handler
         self.concurrency = self.intake.concurrency
@@ -124,6 +141,7 @@ class Worker:
         self._hurry = threading.Event()  # second signal: skip the graceful wait
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
+        self._pool: ThreadPoolExecutor | None = None
         #: The fatal ReceiveError that stopped the worker, if one did.
         self.error: ReceiveError | None = None
         #: ``around_handler(message)``, when set, returns a context manager entered
@@ -185,11 +203,12 @@ class Worker:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self._on_signal)
-        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="leasekeeper-handler")
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="leasekeeper-handler")
         try:
-            self._receive_loop(pool, until_idle)
+            self.error = self._drive(receive_loop(self.intake, self, self.clock, until_idle))
         finally:
-            self._shutdown(pool)
+            self._drive(shutdown_steps(self.intake, self, self.clock))
+            self._pool.shutdown(wait=False, cancel_futures=True)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self._done.set()
@@ -197,57 +216,67 @@ class Worker:
             raise self.error
         return self.stats
 
-    def _wait_for_room(self) -> int:
-        """How many messages to receive next (0 when stopping): wait for a free slot,
-        then briefly for more, so that one receive brings a fuller batch."""
-        with self._slots:
-            limit = self.intake.limit()
-            while self._running >= limit and not self._stop.is_set():
-                self._slots.wait()
-                limit = self.intake.limit()
-            deadline = SYSTEM_CLOCK.now() + self.gather
-            while (
-                limit - self._running < self.batch_size
-                and self._running
-                and not self._stop.is_set()
-            ):
-                left = deadline - SYSTEM_CLOCK.now()
-                if left <= 0:
-                    break
-                self._slots.wait(left)
-            return 0 if self._stop.is_set() else min(self.batch_size, limit - self._running)
+    # What the loop reads (``_receive_loop.LoopState``), under the slot lock.
+    @property
+    def running(self) -> int:
+        return self._running
 
-    def _receive_loop(self, pool: ThreadPoolExecutor, until_idle: float | None) -> None:
-        clock = SYSTEM_CLOCK
-        idle_since = clock.now()
-        while not self._stop.is_set():
-            free = self._wait_for_room()
-            if self._stop.is_set():
-                return
-            try:
-                messages = self.intake.receive(free)
-            except Exception as exc:
-                pause = self.intake.receive_failed(exc)
-                if pause is None:  # a fatal ReceiveError: stop, as stop() would
-                    assert isinstance(exc, ReceiveError)
-                    self.error = exc
-                    return
-                self._stop.wait(pause)
-                continue
-            # Lease the whole batch before the first handler starts: a handler that
-            # grabs the GIL at once would otherwise leave the rest of the batch
-            # unleased, burning invisibility until LeaseTooShort refused them.
-            for message, lease in self._register_all(messages):
-                self._start_handler(pool, message, lease)
-            if messages:
-                idle_since = clock.now()
-                continue
-            with self._slots:
-                busy = self._running + self._unsettled
-            if busy:
-                idle_since = clock.now()
-            elif until_idle is not None and clock.now() - idle_since >= until_idle:
-                return
+    @property
+    def unsettled(self) -> int:
+        return self._unsettled
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def hurry(self) -> bool:
+        return self._hurry.is_set()
+
+    def active(self) -> list[Lease]:
+        return list(self._active)
+
+    def _drive(self, steps: Generator[Step, Any, Any]) -> Any:
+        """Run one of the loop's generators: decide and wait under the slot lock (so
+        no wake-up is lost between a decision and its wait), call out without it."""
+        answer: Any = None
+        failure: Exception | None = None
+        with self._slots:
+            while True:
+                try:
+                    step = steps.throw(failure) if failure is not None else steps.send(answer)
+                except StopIteration as done:
+                    return done.value
+                answer = failure = None
+                if isinstance(step, Wait):
+                    wait_until(self.clock, self._slots, step.until)
+                    continue
+                self._slots.release()
+                try:
+                    answer = self._perform(step)
+                except Exception as exc:
+                    failure = exc
+                finally:
+                    self._slots.acquire()
+
+    def _perform(self, step: Step) -> Any:
+        if isinstance(step, Receive):
+            return self.intake.receive(step.count)
+        if isinstance(step, Start):
+            for message, lease in self._register_all(step.messages):
+                self._start_handler(message, lease)
+            return None
+        if isinstance(step, Flush):
+            self.manager.flush(max(0.0, step.deadline - self.clock.now()))
+            return None
+        assert isinstance(step, Finish)
+        if self.intake.owns_manager:
+            self.manager.close(release=True)
+        else:
+            for lease in step.leftovers:
+                # Not the handler's own release: its lease.lost is set so it stops.
+                self.manager.revoke(lease)
+        return None
 
     def _register_all(self, messages: list[Message]) -> list[tuple[Message, Lease]]:
         """Register ``messages`` (at receipt, not when a thread frees up)."""
@@ -257,17 +286,18 @@ class Worker:
             self.stats.refused += refused
         return leased
 
-    def _start_handler(self, pool: ThreadPoolExecutor, message: Message, lease: Lease) -> None:
+    def _start_handler(self, message: Message, lease: Lease) -> None:
         with self._slots:
             self._running += 1
             self._active.add(lease)
-        pool.submit(self._handle, message, lease)
+        assert self._pool is not None
+        self._pool.submit(self._handle, message, lease)
 
     def _handle(self, message: Message, lease: Lease) -> None:
         if lease.is_lost:  # lost (or released at close) while it waited for a thread
             self._finished(lease, "lost", None, None)
             return
-        started = SYSTEM_CLOCK.now()
+        started = self.clock.now()
         future = None
         around = self.around_handler
         try:
@@ -284,7 +314,7 @@ class Worker:
             else:
                 outcome = "completed"
                 future = self._queue_end(lease, release=False)
-        self._finished(lease, outcome, future, SYSTEM_CLOCK.now() - started)
+        self._finished(lease, outcome, future, self.clock.now() - started)
 
     def _queue_end(self, lease: Lease, *, release: bool) -> Future[None] | None:
         try:
@@ -318,33 +348,3 @@ class Worker:
             self._unsettled -= 1
             self.intake.count(outcome)
             self._slots.notify_all()
-
-    def _shutdown(self, pool: ThreadPoolExecutor) -> None:
-        deadline = SYSTEM_CLOCK.now() + self.shutdown_timeout
-        with self._slots:
-            while self._running and not self._hurry.is_set():
-                left = deadline - SYSTEM_CLOCK.now()
-                if left <= 0:
-                    break
-                self._slots.wait(left)
-            left_running = self._running
-            leftovers = list(self._active)
-        if left_running:
-            log.warning(
-                "shutdown: %d handler(s) still running; releasing their messages", left_running
-            )
-        # Deletes out first: a message whose handler succeeded is not released.
-        self.manager.flush(max(0.0, deadline - SYSTEM_CLOCK.now()))
-        with self._slots:
-            while self._unsettled:
-                left = deadline - SYSTEM_CLOCK.now()
-                if left <= 0:
-                    break
-                self._slots.wait(left)
-        if self.intake.owns_manager:
-            self.manager.close(release=True)
-        else:
-            for lease in leftovers:
-                # Not the handler's own release: its lease.lost is set so it stops.
-                self.manager.revoke(lease)
-        pool.shutdown(wait=False, cancel_futures=True)

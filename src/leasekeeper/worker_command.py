@@ -541,7 +541,7 @@ def _run(
             args.handler,
             worker.backend,
             worker.concurrency,
-            worker.manager.renewer,
+            worker.manager.renewer.name,
         )
         status.start()
         try:

@@ -361,3 +361,37 @@ def test_a_second_signal_skips_the_wait(tmp_path: Path) -> None:
     result = json.loads(out.strip().splitlines()[-1])
     # "short" was done; "long" and "stuck" were released at once and cancelled.
     assert result == {"completed": 1, "lost": 2, "left": 2, "visible": 2}
+
+
+def test_on_a_manual_clock_the_shared_loop_waits_for_the_test() -> None:
+    """AsyncWorker runs the same receive loop as Worker, on the worker's clock: on a
+    ManualClock its waits (the rest of an empty poll, the idle limit, backoff) last
+    until the test advances time, however long that takes in real time."""
+    import threading
+
+    from leasekeeper.testing import ManualClock
+    from tests.core.test_worker import drive
+
+    clock = ManualClock()
+    queue = MemoryQueue(30.0, clock=clock)
+    queue.send_many([f"job {i}" for i in range(5)])
+    faulty = FaultyBackend(queue)
+    faulty.script("receive", "throttle")  # one backoff pause first
+    seen: list[str] = []
+
+    async def handler(message: Message) -> None:
+        seen.append(str(message.body))
+
+    worker = AsyncWorker(
+        faulty, handler, concurrency=2, wait_seconds=1, clock=clock, visibility_timeout=30
+    )
+    assert worker.clock is clock
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(run(worker.run(until_idle=5))))
+    thread.start()
+    started = clock.now()
+    drive(clock, thread, step=0.5)
+    (stats,) = out
+    assert stats.completed == 5 and sorted(seen) == [f"job {i}" for i in range(5)]
+    assert clock.now() - started >= 5  # idle for 5 s of the worker's clock
+    assert worker.manager.closed

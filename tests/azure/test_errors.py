@@ -15,7 +15,7 @@ from azure.core.exceptions import (
 )
 from azure.storage.queue import QueueClient
 
-from leasekeeper import Handle, LeaseLost, LeaseManager, LeaseState, Outcome
+from leasekeeper import Handle, LeaseLost, LeaseManager, LeaseState, LostReason, Outcome
 from leasekeeper.backends.azure import AzureQueueBackend, AzureQueueError, classify_error
 from tests.azure.fakes import (
     FakeTransport,
@@ -314,4 +314,5 @@ def test_every_outcome_kind_reaches_the_manager(
         lease = manager.register(message)
         assert lease.lost.wait(5)
     assert lease.state is LeaseState.LOST
-    assert reasons and reasons[0].startswith("fatal: QueueNotFound")
+    assert reasons == [LostReason.FATAL]
+    assert (lease.reason or "").startswith("fatal: QueueNotFound")

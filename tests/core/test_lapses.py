@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from leasekeeper import LeaseLost, LeaseManager, LeaseState, Worker
+from leasekeeper import LeaseLost, LeaseManager, LeaseState, LostReason, Worker
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.testing import Faults, FaultyBackend, ManualClock
 from tests.helpers import hold_the_gil
@@ -59,7 +59,7 @@ def test_complete_after_an_unrenewed_deadline(clock: ManualClock, rotate: bool) 
         assert queue.deleted_ids == []
         assert backend.calls["delete"] == 0  # nothing was sent
         assert lease.lost.is_set()
-        assert manager.reports == [lease.reason]  # type: ignore[attr-defined]
+        assert manager.reports == [lease.lost_reason] == [LostReason.LAPSED]  # type: ignore[attr-defined]
     assert manager.stats().lapses == 1
 
 
@@ -111,7 +111,7 @@ def test_an_extend_answered_after_the_deadline(clock: ManualClock, rotate: bool)
     else:
         assert lease.state is LeaseState.LOST
         assert "answered after the deadline" in (lease.reason or "")
-        assert manager.reports == [lease.reason]  # type: ignore[attr-defined]
+        assert manager.reports == [lease.lost_reason] == [LostReason.LAPSED]  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("rotate", [False, True])

@@ -15,12 +15,13 @@ from leasekeeper import (
     LeaseManager,
     LeaseState,
     LeaseTooShort,
+    LostReason,
     ManagerClosed,
     Outcome,
 )
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.testing import ManualClock
-from tests.helpers import ScriptedBackend, SignallingLock
+from tests.helpers import ScriptedBackend
 
 
 def receive_all(backend: Any, n: int) -> list[Any]:
@@ -131,7 +132,7 @@ def test_retries_until_the_deadline_then_lost(
     assert lease.state is LeaseState.LOST
     assert lease.lost.is_set()
     assert "ServiceUnavailable" in (lease.reason or "")
-    assert reports == [(message.id, lease.reason)]
+    assert reports == [(message.id, LostReason.LAPSED)] and lease.lost_reason is LostReason.LAPSED
     attempts = len(scripted.calls_of("extend"))
     assert 5 <= attempts <= 40, attempts  # backoff, not a hot loop
     with pytest.raises(LeaseLost):
@@ -148,7 +149,8 @@ def test_lost_outcome_is_reported_once_and_nothing_is_deleted(
     scripted.script("extend", Outcome("lost", detail="ReceiptHandleError"))
     clock.advance(21)
     assert lease.state is LeaseState.LOST
-    assert reports == ["lost: ReceiptHandleError"]
+    assert reports == [LostReason.REJECTED] == ["rejected"]
+    assert "ReceiptHandleError" in (lease.reason or "")
     assert lease.lost.is_set()
     with pytest.raises(LeaseLost):
         lease.complete()
@@ -273,8 +275,6 @@ def test_complete_waits_for_an_inflight_extend_and_uses_its_receipt(
     manager = make_manager(scripted)
     message = scripted.receive()[0]
     lease = manager.register(message)
-    lock = SignallingLock()
-    lease.op_lock = lock  # type: ignore[assignment]
     scripted.hold("extend")
     ticker = threading.Thread(target=clock.advance, args=(21,))
     ticker.start()
@@ -289,7 +289,8 @@ def test_complete_waits_for_an_inflight_extend_and_uses_its_receipt(
 
     completer = threading.Thread(target=complete)
     completer.start()
-    assert lock.waiting.wait(5), "complete() did not wait for the in-flight extend"
+    completer.join(0.3)
+    assert completer.is_alive(), "complete() did not wait for the in-flight extend"
     assert scripted.calls_of("delete") == []
     scripted.let_go("extend")
     ticker.join(5)

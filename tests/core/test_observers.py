@@ -57,7 +57,7 @@ def test_calls_extensions_and_endings_are_told(
     assert recorder.ended == [
         (a.id, "completed", "completed"),
         (b.id, "released", "released (delay 5s)"),
-        (c.id, "lost", "lost: MessageNotExist"),
+        (c.id, "lost", "rejected: MessageNotExist"),
     ]
 
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
-from leasekeeper import Lease
-from leasekeeper._process import RemoteLease
+from leasekeeper import Lease, WatchLease
 from leasekeeper._record import LeaseRecord, LeaseState
 from leasekeeper.backends.memory import MemoryQueue
+from leasekeeper.process_renewer import RemoteLease
 
 
 def slots(cls: type) -> list[str]:
@@ -21,7 +19,7 @@ def slots(cls: type) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("cls", [LeaseRecord, Lease])
+@pytest.mark.parametrize("cls", [LeaseRecord, Lease, WatchLease])
 def test_maker_sets_every_field_as_init_does(cls: type[LeaseRecord]) -> None:
     queue = MemoryQueue(30.0)
     queue.send("x")
@@ -31,24 +29,18 @@ def test_maker_sets_every_field_as_init_does(cls: type[LeaseRecord]) -> None:
     made = cls.maker(owner)(message, 12.5)
     assert type(made) is cls
     for name in slots(cls):
-        mine, theirs = getattr(made, name), getattr(built, name)
-        if name == "op_lock":  # a fresh lock each: same type, not shared
-            assert type(mine) is type(theirs) and mine is not theirs
-            assert not mine.locked()
-        else:
-            assert mine == theirs, name
+        assert getattr(made, name) == getattr(built, name), name
     assert made.state is LeaseState.ACTIVE and made.owner is owner
     assert made.receipt == message.receipt and made.visible_until == message.visible_until
 
 
-def test_maker_makes_a_new_record_and_lock_each_call() -> None:
+def test_maker_makes_a_new_free_record_each_call() -> None:
     queue = MemoryQueue(30.0)
     queue.send_many(["a", "b"])
     first, second = queue.receive(2)
     make = Lease.maker(None)
     one, two = make(first, 1.0), make(second, 2.0)
-    assert one is not two and one.op_lock is not two.op_lock
-    assert isinstance(one.op_lock, type(threading.Lock()))
+    assert one is not two and not one.busy and not two.busy
     assert (one.id, two.id) == (first.id, second.id)
 
 

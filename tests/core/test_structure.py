@@ -121,3 +121,55 @@ def test_design_doc_stands_alone() -> None:
     assert "DESIGN.md" not in text
     for n in range(1, 9):
         assert re.search(rf"^{n}\. \*\*", text, re.MULTILINE), f"rule {n} is not stated"
+
+
+# Named-tuple methods are public API despite their underscore.
+_NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
+
+
+def test_no_module_reaches_into_another_objects_underscored_attributes() -> None:
+    """``obj._name`` is private to ``obj``'s own class: a sibling asks through a named
+    method instead. (``self._x`` and ``cls._x`` are a class's own; the testing tools'
+    local MNS server, a test double of a whole service, is left out.)"""
+    offenders = []
+    for name, path in modules().items():
+        if name.startswith("leasekeeper.testing"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Attribute):
+                continue
+            attr = node.attr
+            if not attr.startswith("_") or attr.startswith("__") or attr in _NAMEDTUPLE_API:
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            offenders.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    assert offenders == []
+
+
+def test_the_renewer_is_chosen_in_one_place() -> None:
+    """``renewer="thread" | "process"`` is decided once, by ``make_renewer``: nothing
+    else asks which renewer runs (the seam is the ``Renewer`` protocol)."""
+    branching = re.compile(r"""renewer\s*(==|!=|is|in)\s*[("']|==\s*["']process["']""")
+    offenders = [
+        f"{name}:{n}"
+        for name, path in modules().items()
+        if name != "leasekeeper.renewer"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if branching.search(line) or re.search(r"\b_remote\b", line)
+    ]
+    assert offenders == []
+
+
+def test_one_place_decides_a_lapse() -> None:
+    """Rule 5 - what a call made or answered after the deadline proves - is decided by
+    ``_lapse.lapsed`` alone: no other module of the core reads ``rotates_receipts``
+    to decide whether a lease is lost."""
+    core = {
+        name: path
+        for name, path in modules().items()
+        if not name.startswith(("leasekeeper.backends", "leasekeeper.testing"))
+    }
+    readers = sorted(name for name, path in core.items() if ".rotates_receipts" in path.read_text())
+    # _extend reads it once more, to hand back a message whose lease already ended.
+    assert readers == ["leasekeeper._extend", "leasekeeper._lapse"]

@@ -12,122 +12,181 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from leasekeeper import LeaseManager, Message, ReceiveError, Worker
 from leasekeeper.backends.memory import MemoryQueue
-from leasekeeper.testing import FaultyBackend
-
-pytestmark = pytest.mark.realtime
+from leasekeeper.testing import FaultyBackend, ManualClock
 
 TIMING = {"visibility_timeout": 1.0, "timer_interval": 0.1, "minimal_life": 0.3}
+# On a ManualClock: 30 s leases, a 1 s long poll, and time moved by the test.
+MANUAL = {"visibility_timeout": 30.0, "timer_interval": 1.0, "minimal_life": 2.0}
 
 
-def test_worker_processes_everything_and_stops_when_idle() -> None:
-    queue = MemoryQueue(1.0)
+def run_in_thread(fn: Any, *args: Any, **kwargs: Any) -> tuple[threading.Thread, list[Any]]:
+    """Run ``fn`` in a thread; the list gets its result, or the exception it raised."""
+    out: list[Any] = []
+
+    def target() -> None:
+        try:
+            out.append(fn(*args, **kwargs))
+        except BaseException as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def drive(clock: ManualClock, thread: threading.Thread, step: float = 1.0) -> None:
+    """Advance ``clock`` by ``step`` each time the worker waits on it, until ``thread``
+    ends: time moves only while the worker waits, so every run takes the same steps."""
+    for _ in range(10_000):
+        if not thread.is_alive():
+            return
+        if clock.wait_for_sleepers(1, timeout=0.2):
+            clock.advance(step)
+    raise AssertionError("the worker never finished")
+
+
+def test_worker_processes_everything_and_stops_when_idle(clock: ManualClock) -> None:
+    queue = MemoryQueue(30.0, clock=clock)
     for i in range(12):
         queue.send(f"job {i}")
     seen: list[str] = []
     lock = threading.Lock()
 
     def handler(message: Message) -> None:
-        time.sleep(0.05)
         with lock:
             seen.append(message.id)
 
-    worker = Worker(queue, handler, concurrency=4, wait_seconds=0.05, **TIMING)
-    stats = worker.run(until_idle=0.3)
+    worker = Worker(queue, handler, concurrency=4, wait_seconds=1, clock=clock, **MANUAL)
+    thread, out = run_in_thread(worker.run, until_idle=5)
+    started = clock.now()
+    drive(clock, thread)
+    (stats,) = out
     assert (stats.received, stats.completed, stats.failed) == (12, 12, 0)
     assert len(queue) == 0 and len(set(seen)) == 12
     assert worker.manager.closed
+    # It stopped once idle for 5 s of its clock (its deletes are answered in real
+    # time, by the coalescer, so how much further the clock went varies).
+    assert clock.now() - started >= 5
 
 
-def test_failing_handler_releases_its_message() -> None:
-    queue = MemoryQueue(1.0)
+def test_failing_handler_releases_its_message(clock: ManualClock) -> None:
+    queue = MemoryQueue(30.0, clock=clock)
     queue.send("poison")
 
     def handler(message: Message) -> None:
         raise ValueError("bad payload")
 
-    worker = Worker(queue, handler, concurrency=1, wait_seconds=0.05, release_delay=5.0, **TIMING)
-    stats = worker.run(until_idle=0.3)
-    assert stats.failed == 1 and stats.completed == 0
-    assert len(queue) == 1 and queue.visible_count() == 0  # released with a 5 s delay
+    worker = Worker(
+        queue, handler, concurrency=1, wait_seconds=1, release_delay=60.0, clock=clock, **MANUAL
+    )
+    thread, out = run_in_thread(worker.run, until_idle=5)
+    drive(clock, thread)
+    assert out[0].failed == 1 and out[0].completed == 0
+    assert len(queue) == 1 and queue.visible_count() == 0  # released with a 60 s delay
 
 
-def test_worker_never_holds_more_than_it_can_run() -> None:
-    queue = MemoryQueue(1.0)
+def test_worker_never_holds_more_than_it_can_run(clock: ManualClock) -> None:
+    queue = MemoryQueue(30.0, clock=clock)
     for i in range(10):
         queue.send(f"job {i}")
-    started = threading.Event()
+    started = threading.Semaphore(0)
     finish = threading.Event()
 
     def handler(message: Message) -> None:
-        started.set()
-        finish.wait(5)
+        started.release()
+        finish.wait(30)
 
-    worker = Worker(queue, handler, concurrency=2, batch_size=10, wait_seconds=0.05, **TIMING)
-    worker.start()
-    assert started.wait(5)
-    time.sleep(0.2)
+    worker = Worker(
+        queue, handler, concurrency=2, batch_size=10, wait_seconds=1, clock=clock, **MANUAL
+    )
+    thread, _ = run_in_thread(worker.run, until_idle=5)
+    assert started.acquire(timeout=30) and started.acquire(timeout=30)
+    # Both handlers run: the loop waits for a free slot and receives nothing more.
     assert queue.in_flight_count() == 2  # not 10: the rest stay available to others
+    clock.advance(100)  # their leases are renewed meanwhile, no receive happens
+    assert queue.in_flight_count() == 2 and queue.calls["receive"] == 1
     finish.set()
-    worker.stop(timeout=5)
+    drive(clock, thread)
+    assert worker.stats.completed == 10
 
 
-def test_stop_waits_for_running_handlers_then_releases_the_rest() -> None:
-    queue = MemoryQueue(1.0)
+def test_stop_waits_for_running_handlers_then_releases_the_rest(clock: ManualClock) -> None:
+    queue = MemoryQueue(30.0, clock=clock)
     queue.send_many(["quick", "stuck"])
+    running = threading.Semaphore(0)
+    quick_may_finish = threading.Event()
     done: list[str] = []
 
     def handler(message: Message) -> None:
+        running.release()
         if message.body == "stuck":
-            time.sleep(3)
-        else:
-            time.sleep(0.3)
+            threading.Event().wait(30)  # never finishes in time
+            return
+        assert quick_may_finish.wait(30)
         done.append(str(message.body))
 
     worker = Worker(
-        queue, handler, concurrency=2, wait_seconds=0.05, shutdown_timeout=1.0, **TIMING
+        queue, handler, concurrency=2, wait_seconds=1, shutdown_timeout=10, clock=clock, **MANUAL
     )
-    worker.start()
-    time.sleep(0.1)
-    stopped_at = time.monotonic()
-    worker.stop(timeout=5)
-    assert time.monotonic() - stopped_at < 2.5
+    thread, _ = run_in_thread(worker.run)
+    assert running.acquire(timeout=30) and running.acquire(timeout=30)
+    stopper, _ = run_in_thread(worker.stop, 60)
+    quick_may_finish.set()
+    # "quick" finishes during the graceful stop (in real time: no clock moves until
+    # its delete is answered)...
+    deadline = time.monotonic() + 30
+    while worker.stats.completed == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    # ...then the shutdown waits out the rest of its 10 s for "stuck", and releases it.
+    drive(clock, thread, step=5.0)
+    stopper.join(30)
     assert done == ["quick"]  # finished (its lease renewed meanwhile) and deleted
     assert len(queue) == 1 and queue.visible_count() == 1  # "stuck" released at once
 
 
-def test_worker_on_a_shared_manager_leaves_it_open() -> None:
-    queue = MemoryQueue(1.0)
+def test_worker_on_a_shared_manager_leaves_it_open(clock: ManualClock) -> None:
+    queue = MemoryQueue(30.0, clock=clock)
     queue.send("job")
-    manager = LeaseManager(queue, **TIMING)
-    worker = Worker(manager, lambda m: None, wait_seconds=0.05)
-    assert worker.run(until_idle=0.2).completed == 1
+    manager = LeaseManager(queue, clock=clock, **MANUAL)
+    worker = Worker(manager, lambda m: None, wait_seconds=1)
+    assert worker.clock is clock
+    thread, out = run_in_thread(worker.run, until_idle=3)
+    drive(clock, thread)
+    assert out[0].completed == 1
     assert not manager.closed
     manager.close()
 
 
-def test_shutdown_on_a_shared_manager_tells_unfinished_handlers_to_stop() -> None:
-    queue = MemoryQueue(1.0)
+def test_shutdown_on_a_shared_manager_tells_unfinished_handlers_to_stop(
+    clock: ManualClock,
+) -> None:
+    queue = MemoryQueue(30.0, clock=clock)
     queue.send("stuck")
-    manager = LeaseManager(queue, **TIMING)
+    manager = LeaseManager(queue, clock=clock, **MANUAL)
+    running = threading.Event()
     told = threading.Event()
 
     def handler(message: Message) -> None:
         lease = manager.get(message)
         assert lease is not None
-        told.set() if lease.lost.wait(5) else None
+        running.set()
+        if lease.lost.wait(30):
+            told.set()
 
-    worker = Worker(manager, handler, wait_seconds=0.05, shutdown_timeout=0.3)
-    worker.start()
-    time.sleep(0.2)
-    worker.stop(timeout=5)
-    assert told.wait(5), "the handler's lease.lost was not set when shutdown released it"
+    worker = Worker(manager, handler, wait_seconds=1, shutdown_timeout=3)
+    thread, _ = run_in_thread(worker.run)
+    assert running.wait(30)
+    worker.stop(timeout=0)  # asks; the run's thread does the shutdown
+    drive(clock, thread)
+    assert told.wait(30), "the handler's lease.lost was not set when shutdown released it"
     assert queue.visible_count() == 1
-    deadline = time.monotonic() + 5  # the handler thread finishes after stop() returns
+    deadline = time.monotonic() + 30  # the handler thread finishes after run() returns
     while worker.stats.lost == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert worker.stats.lost == 1  # its with-block ended in LeaseLost, nothing deleted
@@ -193,11 +252,13 @@ def test_worker_keeps_receives_within_the_services_limits() -> None:
 # ------------------------------------------------------------------ receive errors
 
 
-def test_a_fatal_receive_error_stops_the_worker_after_running_handlers() -> None:
+def test_a_fatal_receive_error_stops_the_worker_after_running_handlers(
+    clock: ManualClock,
+) -> None:
     """Queue deleted, credentials refused: retrying cannot help. The worker stops as
     stop() would (the running handler finishes and its message is deleted), and
     run() raises the error."""
-    queue = MemoryQueue(1.0)
+    queue = MemoryQueue(30.0, clock=clock)
     queue.send("job")
     faulty = FaultyBackend(queue)
     faulty.script("receive", "pass", "fatal")
@@ -205,23 +266,23 @@ def test_a_fatal_receive_error_stops_the_worker_after_running_handlers() -> None
     finished: list[str] = []
 
     def handler(message: Message) -> None:
-        assert go.wait(10)
+        assert go.wait(30)
         finished.append(message.id)
 
-    def release_the_handler_after_the_fatal_receive() -> None:
-        deadline = time.monotonic() + 10
-        while faulty.injected("fatal", "receive") == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        go.set()
-
-    helper = threading.Thread(target=release_the_handler_after_the_fatal_receive)
-    helper.start()
-    worker = Worker(faulty, handler, concurrency=2, wait_seconds=0.05, **TIMING)
-    with pytest.raises(ReceiveError) as raised:
-        worker.run()
-    helper.join(10)
-    assert not raised.value.retryable and raised.value.kind == "fatal"
-    assert worker.error is raised.value
+    worker = Worker(faulty, handler, concurrency=2, wait_seconds=1, clock=clock, **MANUAL)
+    thread, out = run_in_thread(worker.run)
+    for _ in range(1000):  # step the clock (the loop gathers before its next receive)
+        if faulty.injected("fatal", "receive"):
+            break
+        if clock.wait_for_sleepers(1, timeout=0.2):
+            clock.advance(0.05)
+    assert faulty.injected("fatal", "receive") == 1
+    go.set()  # the running handler finishes during the graceful stop
+    drive(clock, thread)
+    (raised,) = out
+    assert isinstance(raised, ReceiveError)
+    assert not raised.retryable and raised.kind == "fatal"
+    assert worker.error is raised
     assert finished == ["m-000001"] and queue.deleted_ids == ["m-000001"]
     assert worker.stats.completed == 1 and worker.manager.closed
 
@@ -243,9 +304,9 @@ def test_a_started_worker_keeps_and_logs_its_fatal_receive_error(
 
 
 def test_retryable_receive_errors_are_retried_with_backoff(
-    caplog: pytest.LogCaptureFixture,
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    queue = MemoryQueue(1.0)
+    queue = MemoryQueue(30.0, clock=clock)
     queue.send("job")
     faulty = FaultyBackend(queue)
     # Two transient errors, then one of a type no leasekeeper backend raises (a
@@ -253,10 +314,16 @@ def test_retryable_receive_errors_are_retried_with_backoff(
     faulty.script("receive", "retry", "throttle", RuntimeError("custom backend failed"))
     caplog.set_level(logging.WARNING, logger="leasekeeper.worker")
     done = threading.Event()
-    worker = Worker(faulty, lambda message: done.set(), wait_seconds=0.05, **TIMING)
-    stats = worker.run(until_idle=0.5)
+    worker = Worker(faulty, lambda message: done.set(), wait_seconds=1, clock=clock, **MANUAL)
+    thread, out = run_in_thread(worker.run, until_idle=5)
+    started = clock.now()
+    drive(clock, thread, step=0.1)
+    stats = out[0]
     assert done.is_set() and stats.completed == 1 and worker.error is None
     messages = [r.getMessage() for r in caplog.records]
     assert sum("retrying in" in m for m in messages) == 3
     assert any("RuntimeError, not a leasekeeper ReceiveError" in m for m in messages)
     assert not any("custom backend failed" in m for m in messages)  # its text is not logged
+    # The pauses grew (0.2 s, 0.4 s, 0.8 s, jittered): the job waited them out on the
+    # worker's clock before being handled.
+    assert clock.now() - started >= 5 + 0.2 * 0.8 + 0.4 * 0.8 + 0.8 * 0.8

@@ -84,3 +84,19 @@ def test_serve_metrics_answers_a_scrape_on_loopback(
     assert families["leasekeeper_leases_registered"].type == "counter"
     # Only the manager's metrics: a registry of its own, not the process's default one.
     assert all(name.startswith("leasekeeper_") for name in families)
+
+
+def test_lost_leases_are_counted_by_their_lost_reason(
+    clock: ManualClock, queue: MemoryQueue, manager: LeaseManager
+) -> None:
+    registry = CollectorRegistry()
+    registry.register(LeaseCollector(manager))
+    queue.send("deleted elsewhere")
+    (message,) = queue.receive()
+    manager.register(message)
+    queue.delete([message.handle])  # out of band: the next extend is refused
+    clock.advance(25)
+    sample = registry.get_sample_value
+    assert sample("leasekeeper_leases_lost_total", {"reason": "rejected"}) == 1
+    assert sample("leasekeeper_leases_lost_total", {"reason": "lapsed"}) == 0
+    assert manager.stats().lost_reasons == {"rejected": 1}

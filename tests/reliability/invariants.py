@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from leasekeeper import Handle, Lease, LeaseManager, LeaseState, Message, Outcome
+from leasekeeper import Handle, Lease, LeaseManager, LeaseState, LostReason, Message, Outcome
 from leasekeeper.backends.base import ForwardingBackend, Operation
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.testing import FaultyBackend
@@ -167,7 +167,7 @@ class QueueSpy(ForwardingBackend):
 @dataclass(frozen=True)
 class Report:
     lease: Lease
-    reason: str
+    reason: LostReason
     at: float
     thread: str
 
@@ -209,7 +209,7 @@ class InvariantChecker:
         self.max_lease_duration = manager.config.max_lease_duration
         return manager
 
-    def on_lost(self, lease: Lease, reason: str) -> None:
+    def on_lost(self, lease: Lease, reason: LostReason) -> None:
         report = Report(lease, reason, self.spy.clock.now(), threading.current_thread().name)
         with self._lock:
             self.reports.append(report)
@@ -301,12 +301,13 @@ class InvariantChecker:
     def _learned_at(self, report: Report) -> float | None:
         """When leasekeeper could first know what the report says, or None if unknown."""
         lease, reason = report.lease, report.reason
-        if reason.startswith("no successful extend before its deadline"):
+        detail = lease.reason or ""
+        if reason == LostReason.LAPSED and detail.startswith("lapsed: no successful extend"):
             return lease.visible_until
-        if reason.startswith("max_lease_duration") and self.max_lease_duration is not None:
+        if reason == LostReason.ABANDONED and self.max_lease_duration is not None:
             return lease.registered_at + self.max_lease_duration
-        if reason.startswith(("lost:", "fatal:", "capped: ")) and not reason.startswith(
-            "capped: the service's limit"
+        if reason in (LostReason.REJECTED, LostReason.FATAL, LostReason.CAPPED) and not (
+            detail.startswith("capped: the service's limit")
         ):
             times = [
                 a.at

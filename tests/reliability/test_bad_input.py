@@ -31,6 +31,7 @@ from leasekeeper import (
     LeaseLost,
     LeaseManager,
     LeaseState,
+    LostReason,
     ManagerClosed,
     Message,
     Worker,
@@ -414,7 +415,7 @@ def test_a_handler_that_returns_after_its_lease_was_lost_deletes_nothing() -> No
         world.clock.advance(25)  # the job runs; its lease is lost meanwhile
         assert lease.lost.is_set()
     assert world.queue.deleted_ids == []
-    assert world.reports == ["lost: MessageNotExist (injected)"]
+    assert world.reports == [LostReason.REJECTED]
 
     @world.manager.leased
     def handler(message: Message) -> str:

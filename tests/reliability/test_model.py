@@ -44,6 +44,7 @@ from leasekeeper import (
     LeaseManager,
     LeaseState,
     LeaseTooShort,
+    LostReason,
     ManagerClosed,
     Message,
 )
@@ -514,25 +515,26 @@ class LeaseMachine(RuleBasedStateMachine):
 
     def _justified(self, lease: Lease) -> bool:
         """Every loss has a cause the test can see."""
-        reason = lease.reason or ""
+        reason = lease.lost_reason
+        detail = lease.reason or ""
         events = [e for e in self.faulty.events if lease.id in e.message_ids]
         answers = [a for a in self.spy.answers if a.message_id == lease.id]
-        if reason.startswith("lost:"):
+        if reason is LostReason.REJECTED:
             return any(e.kind in ("lost", "stale") for e in events) or any(
                 a.kind == "lost" for a in answers
             )
-        if reason.startswith("fatal:"):
+        if reason is LostReason.FATAL:
             return any(e.kind == "fatal" for e in events)
-        if reason.startswith("capped:"):
+        if reason is LostReason.CAPPED:
             return any(e.kind == "capped" for e in events)
-        if reason.startswith("no successful extend"):
+        if reason is LostReason.LAPSED and detail.startswith("lapsed: no successful extend"):
             return any(e.kind in TRANSIENT for e in events) and math.isfinite(lease.visible_until)
-        if reason.startswith("lapsed"):
+        if reason is LostReason.LAPSED:
             # Rule 5: the deadline passed with no extend sent in time, on a queue whose
             # receipts do not rotate. On a ManualClock only a stopped scheduler, a
             # call's latency or a hang makes an extend late.
             return not self.queue.rotates_receipts and self.clock.now() >= lease.visible_until
-        if reason.startswith("max_lease_duration"):
+        if reason is LostReason.ABANDONED:
             limit = self.manager.config.max_lease_duration
             return limit is not None and self.clock.now() >= lease.registered_at + limit
         return False
@@ -540,8 +542,11 @@ class LeaseMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if hasattr(self, "manager"):
             for lease in self.leases:
-                reason = (lease.reason or "").split(":")[0].split(" (")[0]
-                self.seen[f"ended:{lease.state.value}:{reason}"] += 1
+                detail = lease.reason or ""
+                why = lease.lost_reason or detail.split(":")[0].split(" (")[0]
+                self.seen[f"ended:{lease.state.value}:{why}"] += 1
+                if detail.startswith("lapsed: no successful extend"):
+                    self.seen["ended:lost:lapsed after transient errors"] += 1
             self.seen["extensions"] += sum(lease.extensions for lease in self.leases)
             self.manager.close(release=False)
             self.faulty.close()
@@ -561,11 +566,11 @@ def test_lease_manager_against_the_model() -> None:
         "ended:completed:completed",
         "ended:released:released",
         "ended:released:released by close()",
-        "ended:lost:lost",
+        "ended:lost:rejected",
         "ended:lost:fatal",
-        "ended:lost:no successful extend before its deadline",
+        "ended:lost:lapsed after transient errors",
         "ended:abandoned:capped",
-        "ended:abandoned:max_lease_duration",
+        "ended:abandoned:abandoned",
         "register:too short",
         "complete:active->completed:ok",
         "complete:active->lost:LeaseLost",

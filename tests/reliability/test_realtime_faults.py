@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from leasekeeper import Lease, LeaseLost, LeaseManager, LeaseState, Message, Worker
+from leasekeeper import Lease, LeaseLost, LeaseManager, LeaseState, LostReason, Message, Worker
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.testing import Faults, FaultyBackend
 from tests.reliability.invariants import (
@@ -62,7 +62,7 @@ def test_scheduler_survives_exceptions_bad_answers_callback_errors_and_a_hang(
     )
     checker = InvariantChecker(spy, tick=TIMING["timer_interval"], faulty=faulty, slack=SLACK)
 
-    def on_lost(lease: Lease, reason: str) -> None:
+    def on_lost(lease: Lease, reason: LostReason) -> None:
         checker.on_lost(lease, reason)
         raise RuntimeError("a callback with a bug")
 
@@ -85,7 +85,8 @@ def test_scheduler_survives_exceptions_bad_answers_callback_errors_and_a_hang(
         # left looking active behind the call that never came back.
         assert len(lost) == 2 and hung in {lease.id for lease in lost}
         stuck = next(lease for lease in lost if lease.id == hung)
-        assert stuck.reason == "the extend call had not returned by the deadline"
+        assert stuck.lost_reason is LostReason.LAPSED
+        assert stuck.reason == "lapsed: the extend call had not returned by the deadline"
         assert stuck.lost.is_set()
         others = [lease for lease in leases if lease not in lost]
         assert len(others) == 4

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from leasekeeper import LeaseError, LeaseLost, LeaseState
+from leasekeeper import Handle, LeaseError, LeaseLost, LeaseState
 from tests.renewer.conftest import Leasing
 
 pytestmark = [pytest.mark.realtime, pytest.mark.slow]
@@ -111,3 +111,40 @@ def test_batches_and_revoke(leasing: Leasing) -> None:
     with pytest.raises(LeaseError):
         leases[0].release()  # completed
     assert len(leasing.receive(2)) == 2
+
+
+def test_receive_leases_every_message_at_once(leasing: Leasing) -> None:
+    for n in range(3):
+        leasing.subject.send(f"job {n}")
+    held: list[Any] = []
+    for _ in range(50):
+        held += leasing.manager.receive(max_messages=3 - len(held), wait_seconds=1)
+        if len(held) == 3:
+            break
+    assert len(held) == 3
+    wait_for(lambda: all(h.extensions >= 1 for h in held))  # all renewed, none waiting
+    for lease in held:
+        with lease:
+            assert lease.receive_count == 1
+    assert [h.state for h in held] == [LeaseState.COMPLETED] * 3
+    assert leasing.subject.backend.receive(max_messages=3) == []
+
+
+def test_a_watch_is_renewed_until_forgotten_and_never_deleted(leasing: Leasing) -> None:
+    leasing.subject.send("owned by a framework")
+    (message,) = leasing.receive()
+    watched = leasing.manager.watch(message)
+    wait_for(lambda: watched.extensions >= 1)
+    assert leasing.subject.backend.receive(max_messages=1) == []  # still hidden
+    with pytest.raises(LeaseError, match="watch"):
+        watched.complete()
+    watched.forget()
+    assert watched.state is LeaseState.FORGOTTEN and not watched.is_lost
+    # The owner requeues it (with the newest receipt: MNS and Azure rotate them on
+    # every extend). No late extend of ours hides it again: it is back at once.
+    backend = leasing.subject.backend
+    assert backend.release([Handle(message.id, watched.receipt)], 0.0)[0].kind == "ok"
+    (again,) = leasing.receive()
+    assert again.id == message.id
+    assert leasing.lost == []
+    assert leasing.manager.stats().forgotten == 1

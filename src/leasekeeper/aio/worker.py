@@ -36,17 +36,27 @@ import inspect
 import logging
 import signal
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Any, Literal
 
 from leasekeeper._intake import Intake, WorkerStats
+from leasekeeper._receive_loop import (
+    Finish,
+    Flush,
+    Receive,
+    Start,
+    Step,
+    Wait,
+    receive_loop,
+    shutdown_steps,
+)
 from leasekeeper.aio.futures import call_soon_threadsafe
 from leasekeeper.aio.held import AsyncLease
 from leasekeeper.aio.lost import LostRelay, relay_for
 from leasekeeper.backends.base import Backend, Message
-from leasekeeper.clock import SYSTEM_CLOCK
+from leasekeeper.clock import Alarm, Clock, DrivenClock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ManagerClosed, ReceiveError
 from leasekeeper.lease import Lease
@@ -71,7 +81,8 @@ class AsyncWorker:
     prefetch=None, gather=0.05, cancel_on_lost=False, **config_fields)``: the
     arguments of ``Worker``, with ``concurrency`` the number of handler coroutines
     at once. ``cancel_on_lost``: cancel a handler whose lease is lost (off by
-    default: see ``leasekeeper.aio.held``). ``await worker.run()``.
+    default: see ``leasekeeper.aio.held``). ``await worker.run()``. ``clock``: as
+    ``Worker``'s.
     """
 
     def __init__(
@@ -88,6 +99,7 @@ class AsyncWorker:
         prefetch: int | None = None,
         gather: float = 0.05,
         cancel_on_lost: bool = False,
+        clock: Clock | None = None,
         **config_fields: Any,
     ) -> None:
         if (inspect.isfunction(handler) or inspect.ismethod(handler)) and not (
@@ -109,9 +121,11 @@ class AsyncWorker:
             renewer=renewer,
             prefetch=prefetch,
             gather=gather,
+            clock=clock,
             config_fields=config_fields,
         )
         self.manager: LeaseManager = self.intake.manager
+        self.clock: Clock = self.manager.clock
         self.backend: Backend = self.intake.backend
         self.handler = handler
         self.concurrency = self.intake.concurrency
@@ -124,7 +138,6 @@ class AsyncWorker:
         self._stopping = False
         self._hurry = False  # second signal: skip the graceful wait
         self._changed: asyncio.Event | None = None  # a slot freed, a delete answered, stop
-        self._stopped: asyncio.Event | None = None
         self._running = 0  # handler tasks
         self._unsettled = 0  # deletes/releases queued and not yet answered
         self._active: set[Lease] = set()  # leases of the running handlers
@@ -149,8 +162,6 @@ class AsyncWorker:
 
     def _request_stop(self) -> None:
         self._stopping = True
-        if self._stopped is not None:
-            self._stopped.set()
         self._wake()
 
     def _on_signal(self, signum: int) -> None:
@@ -165,18 +176,32 @@ class AsyncWorker:
         if self._changed is not None:
             self._changed.set()
 
-    async def _next_change(self, timeout: float | None = None) -> None:
+    async def _next_change(self, until: float | None = None) -> None:
         """Wait until something changes (a slot frees, a delete is answered, stop),
-        or ``timeout`` passes."""
+        or the clock reads ``until``."""
         changed = self._changed
-        assert changed is not None and self._loop is not None
+        loop = self._loop
+        assert changed is not None and loop is not None
         changed.clear()
-        timer = None if timeout is None else self._loop.call_later(timeout, changed.set)
+        clock = self.clock
+        timer: asyncio.TimerHandle | None = None
+        alarm: Alarm | None = None
+        if until is not None:
+            if isinstance(clock, DrivenClock):
+                # Driven time moves when the test says: an alarm rings the loop then.
+                alarm = Alarm(until, lambda: call_soon_threadsafe(loop, changed.set))
+                clock.attach(alarm)
+                if clock.now() >= until:
+                    changed.set()
+            else:
+                timer = loop.call_later(max(0.0, until - clock.now()), changed.set)
         try:
             await changed.wait()
         finally:
             if timer is not None:
                 timer.cancel()
+            if alarm is not None and isinstance(clock, DrivenClock):
+                clock.detach(alarm)
 
     # ------------------------------------------------------------------ running
 
@@ -192,22 +217,22 @@ class AsyncWorker:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._changed = asyncio.Event()
-        self._stopped = asyncio.Event()
-        if self._stopping:
-            self._stopped.set()
         self.error = None
         # Before the first register: the relay must hear of every lease's end.
         self._relay = relay_for(self.manager)
         executor = ThreadPoolExecutor(1, thread_name_prefix="leasekeeper-aio")
         previous = self._catch_signals(loop)
         try:
-            await self._receive_loop(executor, until_idle)
+            self.error = await self._drive(
+                receive_loop(self.intake, self, self.clock, until_idle), executor
+            )
         except asyncio.CancelledError:
             self._stopping = self._hurry = True  # run() itself cancelled: stop now
             raise
         finally:
             try:
-                await self._shutdown(executor)
+                await self._drive(shutdown_steps(self.intake, self, self.clock), executor)
+                await self._cancel_leftovers()
             finally:
                 for sig, handler in previous.items():
                     loop.remove_signal_handler(sig)
@@ -218,6 +243,76 @@ class AsyncWorker:
         if self.error is not None:
             raise self.error
         return self.stats
+
+    # What the loop reads (``_receive_loop.LoopState``), on the event loop.
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @property
+    def unsettled(self) -> int:
+        return self._unsettled
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def hurry(self) -> bool:
+        return self._hurry
+
+    def active(self) -> list[Lease]:
+        return list(self._active)
+
+    async def _drive(self, steps: Generator[Step, Any, Any], executor: ThreadPoolExecutor) -> Any:
+        """Run one of the loop's generators: waits on the event loop, service calls on
+        the worker's one thread (a long poll must not block the loop)."""
+        loop = asyncio.get_running_loop()
+        answer: Any = None
+        failure: Exception | None = None
+        while True:
+            try:
+                step = steps.throw(failure) if failure is not None else steps.send(answer)
+            except StopIteration as done:
+                return done.value
+            answer = failure = None
+            try:
+                if isinstance(step, Wait):
+                    await self._next_change(step.until)
+                elif isinstance(step, Receive):
+                    answer = await loop.run_in_executor(executor, self.intake.receive, step.count)
+                elif isinstance(step, Start):
+                    leased, refused = self.intake.register_all(step.messages)
+                    self.stats.received += len(step.messages)
+                    self.stats.refused += refused
+                    for message, lease in leased:
+                        self._start(message, lease)
+                elif isinstance(step, Flush):
+                    left = max(0.0, step.deadline - self.clock.now())
+                    await loop.run_in_executor(executor, self.manager.flush, left)
+                else:
+                    assert isinstance(step, Finish)
+                    await self._finish(step, executor)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failure = exc
+
+    async def _finish(self, step: Finish, executor: ThreadPoolExecutor) -> None:
+        loop = asyncio.get_running_loop()
+        if self.intake.owns_manager:
+            await loop.run_in_executor(executor, functools.partial(self.manager.close, True))
+        elif step.leftovers:
+            await loop.run_in_executor(executor, self._revoke, list(step.leftovers))
+
+    async def _cancel_leftovers(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()  # their messages were released: their work is moot
+        if tasks:
+            # Cancellation unwinds at the next await: give them a moment to, so the
+            # stats are final when run() returns (a handler may refuse to stop).
+            await asyncio.wait(tasks, timeout=CANCEL_GRACE)
 
     def _catch_signals(self, loop: asyncio.AbstractEventLoop) -> dict[signal.Signals, Any]:
         """SIGTERM/SIGINT stop the worker (on the main thread's loop, where asyncio can
@@ -233,67 +328,6 @@ class AsyncWorker:
                 continue
             previous[sig] = before
         return previous
-
-    async def _wait_for_room(self) -> int:
-        """How many messages to receive next (0 when stopping): wait for a free slot,
-        then briefly for more, so that one receive brings a fuller batch."""
-        intake = self.intake
-        limit = intake.limit()
-        while self._running >= limit and not self._stopping:
-            await self._next_change()
-            limit = intake.limit()
-        deadline = SYSTEM_CLOCK.now() + intake.gather
-        while limit - self._running < intake.batch_size and self._running and not self._stopping:
-            left = deadline - SYSTEM_CLOCK.now()
-            if left <= 0:
-                break
-            await self._next_change(left)
-        return 0 if self._stopping else min(intake.batch_size, limit - self._running)
-
-    async def _receive_loop(self, executor: ThreadPoolExecutor, until_idle: float | None) -> None:
-        loop = asyncio.get_running_loop()
-        intake = self.intake
-        clock = SYSTEM_CLOCK
-        idle_since = clock.now()
-        while not self._stopping:
-            free = await self._wait_for_room()
-            if self._stopping:
-                return
-            try:
-                messages = await loop.run_in_executor(executor, intake.receive, free)
-            except Exception as exc:
-                pause = intake.receive_failed(exc)
-                if pause is None:  # a fatal ReceiveError: stop, as stop() would
-                    assert isinstance(exc, ReceiveError)
-                    self.error = exc
-                    return
-                await self._pause(pause)
-                continue
-            # Lease the whole batch before the first handler starts (see Worker).
-            leased, refused = intake.register_all(messages)
-            self.stats.received += len(messages)
-            self.stats.refused += refused
-            for message, lease in leased:
-                self._start(message, lease)
-            if messages:
-                idle_since = clock.now()
-                continue
-            if self._running + self._unsettled:
-                idle_since = clock.now()
-            elif until_idle is not None and clock.now() - idle_since >= until_idle:
-                return
-
-    async def _pause(self, seconds: float) -> None:
-        """Wait ``seconds``, or until stopped."""
-        stopped = self._stopped
-        assert stopped is not None and self._loop is not None
-        timer = self._loop.call_later(seconds, stopped.set)
-        try:
-            await stopped.wait()
-        finally:
-            timer.cancel()
-            if not self._stopping:
-                stopped.clear()
 
     def _start(self, message: Message, lease: Lease) -> None:
         assert self._loop is not None
@@ -311,7 +345,7 @@ class AsyncWorker:
             assert self._relay is not None and self._loop is not None
             held = AsyncLease(lease, self.manager, self._relay, self._loop)
             held.begin(cancel_on_lost=self.cancel_on_lost)
-            started = SYSTEM_CLOCK.now()
+            started = self.clock.now()
             around = self.around_handler
             try:
                 with around(message) if around is not None else nullcontext():
@@ -333,7 +367,7 @@ class AsyncWorker:
                 else:
                     outcome = "completed"
                     future = self._queue_end(lease, release=False)
-            took = SYSTEM_CLOCK.now() - started
+            took = self.clock.now() - started
         finally:
             self._finished(lease, outcome, future, took)
 
@@ -374,36 +408,6 @@ class AsyncWorker:
         self.intake.count(self.intake.settle(lease, outcome, future.exception()))
         self._unsettled -= 1
         self._wake()
-
-    async def _shutdown(self, executor: ThreadPoolExecutor) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = SYSTEM_CLOCK.now() + self.intake.shutdown_timeout
-
-        def left() -> float:
-            return max(0.0, deadline - SYSTEM_CLOCK.now())
-
-        while self._running and not self._hurry and left() > 0:
-            await self._next_change(left())
-        leftovers = list(self._active)
-        if self._running:
-            log.warning(
-                "shutdown: %d handler(s) still running; releasing their messages", self._running
-            )
-        # Deletes out first: a message whose handler succeeded is not released.
-        await loop.run_in_executor(executor, self.manager.flush, left())
-        while self._unsettled and left() > 0:
-            await self._next_change(left())
-        if self.intake.owns_manager:
-            await loop.run_in_executor(executor, functools.partial(self.manager.close, True))
-        elif leftovers:
-            await loop.run_in_executor(executor, self._revoke, leftovers)
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()  # their messages were released: their work is moot
-        if tasks:
-            # Cancellation unwinds at the next await: give them a moment to, so the
-            # stats are final when run() returns (a handler may refuse to stop).
-            await asyncio.wait(tasks, timeout=CANCEL_GRACE)
 
     def _revoke(self, leases: list[Lease]) -> None:
         for lease in leases:

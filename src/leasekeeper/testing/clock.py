@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from leasekeeper.clock import ClockDriven
+from leasekeeper.clock import Alarm, ClockDriven
 
 _MAX_STEPS_AT_ONE_TIME = 10_000
 
@@ -27,6 +27,8 @@ class ManualClock:
         self._lock = threading.Lock()
         self._advancing = threading.RLock()
         self._runners: list[ClockDriven] = []
+        # Notified when a thread starts waiting on this clock (an Alarm is attached).
+        self._sleeping = threading.Condition(self._lock)
 
     def now(self) -> float:
         with self._lock:
@@ -43,6 +45,25 @@ class ManualClock:
     def attach(self, runner: ClockDriven) -> None:
         with self._lock:
             self._runners.append(runner)
+            if isinstance(runner, Alarm):
+                self._sleeping.notify_all()
+
+    def sleepers(self) -> int:
+        """How many threads (or event loops) wait on this clock now: a ``Worker``'s
+        receive loop waiting for its next moment, say."""
+        with self._lock:
+            return sum(isinstance(r, Alarm) and not r.rung for r in self._runners)
+
+    def wait_for_sleepers(self, count: int = 1, timeout: float = 30.0) -> bool:
+        """Block, in real time, until at least ``count`` threads wait on this clock
+        (or ``timeout`` real seconds pass: then False). A test calls it before
+        ``advance()`` so that time moves when the worker it drives is waiting, not
+        while it is still busy: each step then happens in the same order every run."""
+        with self._lock:
+            return self._sleeping.wait_for(
+                lambda: sum(isinstance(r, Alarm) and not r.rung for r in self._runners) >= count,
+                timeout,
+            )
 
     def detach(self, runner: ClockDriven) -> None:
         with self._lock:

@@ -1,5 +1,6 @@
-"""The worker's side of the out-of-process renewer (``LeaseManager(renewer="process")``).
+"""``ProcessRenewer``: leases renewed by a process of their own (``renewer="process"``).
 
+This is the worker's side of it.
 ``ProcessRenewer`` holds the handlers' leases and starts a renewer process through
 a ``RenewerLink`` (``_renewer_link``), sending it the backend's spec and the config
 (a spec that cannot build, e.g. for missing credentials, fails the manager's
@@ -8,7 +9,7 @@ construction at once). From then on:
 - ``register`` keeps the lease here (the handler's ``Lease``) and sends it there;
   it waits for no reply.
 - ``complete``/``release`` ask the renewer, which does the call with the newest
-  receipt under its own op lock (rule 4), and wait for its answer.
+  receipt, one operation at a time per lease (rule 4), and wait for its answer.
 - The renewer's notices - new receipts and deadlines, leases lost or abandoned -
   are read by a reader thread and applied to the leases here; ``on_lost`` runs on
   a separate notifier thread, never on the reader (a callback may call
@@ -40,11 +41,12 @@ from leasekeeper._record import LeaseState
 from leasekeeper._renewer_link import DIED, RenewerLink
 from leasekeeper._wire import decode_error
 from leasekeeper.backends.base import Backend, Message
-from leasekeeper.clock import Clock, SystemClock
+from leasekeeper.clock import SYSTEM_CLOCK, Clock, SystemClock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError, LeaseError, LeaseLost, LeaseTooShort, ManagerClosed
-from leasekeeper.lease import Lease
+from leasekeeper.lease import Lease, OnLost, WatchLease, not_a_message
 from leasekeeper.observers import CallEvent, Observer
+from leasekeeper.reasons import Ending, LostReason
 
 log = logging.getLogger("leasekeeper.renewer")
 
@@ -58,17 +60,32 @@ class RemoteLease(Lease):
     key: int
 
 
+class RemoteWatchLease(RemoteLease, WatchLease):
+    """A watch lease (``LeaseManager.watch``) renewed in the renewer process."""
+
+    __slots__ = ()
+
+
 class ProcessRenewer:
-    """Leases renewed by a child process; the lease API of a thread-mode manager."""
+    """Leases renewed by a child process of this one (see the module docstring).
+
+    ``ProcessRenewer(backend, config=None, *, clock=None, **config_fields)``: the
+    renewer process builds its own backend from ``backend.spec()`` (credentials from
+    the environment it inherits) and runs a ``ThreadRenewer`` there.
+    """
+
+    name = "process"
 
     def __init__(
         self,
         backend: Backend,
-        config: LeaseConfig,
-        clock: Clock,
+        config: LeaseConfig | None = None,
         *,
-        on_lost: Callable[[Lease, str], object],
+        clock: Clock | None = None,
+        **config_fields: Any,
     ) -> None:
+        config = LeaseConfig.from_fields(config, config_fields)
+        clock = SYSTEM_CLOCK if clock is None else clock
         if not isinstance(clock, SystemClock):
             raise ConfigError("renewer='process' runs on the system clock; got another clock")
         spec_of = getattr(backend, "spec", None)
@@ -79,9 +96,8 @@ class ProcessRenewer:
             )
         self._payload = pickle.dumps((spec_of(), config))
         self.backend = backend
-        self.config = config
+        self._config = config
         self._clock = clock
-        self._on_lost = on_lost
         # Guards _leases, _by_message, _closed, _link and _base.
         self._registry_lock = threading.Lock()
         self._leases: dict[int, RemoteLease] = {}
@@ -91,11 +107,7 @@ class ProcessRenewer:
         self.observers: tuple[Observer, ...] = ()
         self._base = _zero_stats()  # what renewers that died had counted
         self._last = _zero_stats()  # the latest figures of the current one
-        self._notices: queue.SimpleQueue[tuple[RemoteLease, str] | None] = queue.SimpleQueue()
-        self._notifier = threading.Thread(
-            target=self._notify_loop, name="leasekeeper-renewer-notify", daemon=True
-        )
-        self._notifier.start()
+        self._notifier = Notifier()
         self._link: RenewerLink | None = self._new_link()
         _live.add(self)
 
@@ -117,10 +129,11 @@ class ProcessRenewer:
                     extensions,
                 )
         elif tag == "ended":
-            _, key, state, reason, signal = frame
+            _, key, state, lost, detail, signal = frame
             lease = self._leases.get(key)
             if lease is not None:
-                self._end(lease, LeaseState(state), reason, signal=signal)
+                ending = Ending(None if lost is None else LostReason(lost), detail)
+                self._end(lease, LeaseState(state), ending, signal=signal)
         elif tag == "event":
             self._forward_event(frame[1], frame[2])
 
@@ -132,9 +145,15 @@ class ProcessRenewer:
                 self._link = None
             self._base = _sum_stats(self._base, self._last)
             self._last = _zero_stats()
-            self._base = dataclasses.replace(self._base, lost=self._base.lost + len(held))
+            died = dict(self._base.lost_reasons)
+            died[LostReason.RENEWER_DIED.value] = died.get(LostReason.RENEWER_DIED.value, 0) + len(
+                held
+            )
+            self._base = dataclasses.replace(
+                self._base, lost=self._base.lost + len(held), lost_reasons=died
+            )
         for lease in held:
-            self._end(lease, LeaseState.LOST, DIED, signal=True)
+            self._end(lease, LeaseState.LOST, RENEWER_DIED, signal=True)
         with self._registry_lock:
             if self._closed or self._link is not None:
                 return
@@ -156,8 +175,19 @@ class ProcessRenewer:
     # ------------------------------------------------------------------ leases
 
     @property
+    def config(self) -> LeaseConfig:
+        return self._config
+
+    @property
     def clock(self) -> Clock:
         return self._clock
+
+    def bind(self, on_lost: OnLost | None) -> None:
+        self._notifier.on_lost = on_lost
+
+    def start(self) -> None:
+        if self._closed:
+            raise ManagerClosed("this LeaseManager is closed")
 
     @property
     def closed(self) -> bool:
@@ -173,7 +203,22 @@ class ProcessRenewer:
         link = self._link
         return not self._closed and link is not None and link.alive
 
-    def register(self, message: Message) -> RemoteLease:
+    def register(self, message: Message) -> Lease:
+        return self._add(message, watch=False)
+
+    def watch(self, message: Message) -> WatchLease:
+        lease = self._add(message, watch=True)
+        assert isinstance(lease, RemoteWatchLease)
+        return lease
+
+    def _add(self, message: Message, *, watch: bool) -> Lease:
+        if not isinstance(message, Message):
+            raise not_a_message(message)
+        ended_ref = message.ended_lease
+        if ended_ref is not None and not self._closed:
+            ended = ended_ref()
+            if isinstance(ended, RemoteLease) and ended.owner is self:
+                return ended  # its lease ended: the same lease, not a second one
         if message.backend is not self.backend:
             raise ConfigError(
                 f"a process renewer renews the messages of {self.backend!r} only, "
@@ -195,16 +240,16 @@ class ProcessRenewer:
                 if existing.message is message or existing.receipt == message.receipt:
                     return existing
                 superseded = existing
-            if visible_until - now < self.config.minimal_life:
-                raise LeaseTooShort(message.id, visible_until - now, self.config.minimal_life)
+            if visible_until - now < self._config.minimal_life:
+                raise LeaseTooShort(message.id, visible_until - now, self._config.minimal_life)
             if self._link is None:
                 self._link = self._new_link()  # the last one died: a new one, now
-            lease = RemoteLease(self, message, now)
+            lease = (RemoteWatchLease if watch else RemoteLease)(self, message, now)
             lease.key = key = next(self._keys)
             self._leases[key] = lease
             self._by_message[message.id] = lease
         if superseded is not None:
-            self._end(superseded, LeaseState.LOST, "the message was received again elsewhere")
+            self._end(superseded, LeaseState.LOST, SUPERSEDED)
         self._send(
             (
                 "add",
@@ -216,6 +261,7 @@ class ProcessRenewer:
                 message.deadline_hint,
                 message.hard_deadline,
                 message.receive_count,
+                watch,
             )
         )
         return lease
@@ -225,24 +271,34 @@ class ProcessRenewer:
         if result is not None:
             raise result
 
-    def release(self, lease: Lease, delay: float | None) -> None:
+    def release(self, lease: Lease, delay: float | None = None) -> None:
         (result,) = self._release([lease], delay, stop=False)
         if result is not None:
             raise result
 
-    def revoke(self, lease: Lease, delay: float) -> None:
+    def revoke(self, lease: Lease, delay: float = 0.0) -> None:
         (result,) = self._release([lease], delay, stop=True)
         if result is not None:
             raise result
 
     def abandon(self, lease: Lease, reason: str) -> None:
-        remote = _remote(lease)
-        self._end(remote, LeaseState.ABANDONED, reason, signal=True)
+        remote = _as_remote(lease)
+        self._end(
+            remote, LeaseState.ABANDONED, Ending(LostReason.DELETE_FAILED, reason), signal=True
+        )
         with contextlib.suppress(LeaseLost, OSError):  # gone: nothing renews it anyway
             self._send(("abandon", remote.key, reason))
 
+    def forget(self, lease: Lease) -> None:
+        remote = _as_remote(lease)
+        if remote.state is not LeaseState.ACTIVE:
+            return
+        # The renewer answers once no extend of it is in flight there.
+        self._ask(lambda r: ("forget", r, remote.key))
+        self._end(remote, LeaseState.FORGOTTEN, FORGOTTEN)
+
     def complete_many(self, leases: Sequence[Lease]) -> list[BaseException | None]:
-        remotes = [_remote(lease) for lease in leases]
+        remotes = [_as_remote(lease) for lease in leases]
         results: list[BaseException | None] = [None] * len(remotes)
         asked: list[int] = []
         for i, lease in enumerate(remotes):
@@ -261,21 +317,21 @@ class ProcessRenewer:
             if extensions is not None and extensions > lease.extensions:
                 lease.extensions = extensions
             if error is None:
-                self._end(lease, LeaseState.COMPLETED, "completed")
+                self._end(lease, LeaseState.COMPLETED, COMPLETED)
             elif isinstance(error, LeaseLost):
-                self._end(lease, LeaseState.LOST, error.reason, signal=True)
+                self._end(lease, LeaseState.LOST, _ending_of(error), signal=True)
             results[i] = error
         return results
 
     def release_many(
-        self, leases: Sequence[Lease], delay: float | None
+        self, leases: Sequence[Lease], delay: float | None = None
     ) -> list[BaseException | None]:
         return self._release(leases, delay, stop=False)
 
     def _release(
         self, leases: Sequence[Lease], delay: float | None, *, stop: bool
     ) -> list[BaseException | None]:
-        remotes = [_remote(lease) for lease in leases]
+        remotes = [_as_remote(lease) for lease in leases]
         results: list[BaseException | None] = [None] * len(remotes)
         asked: list[int] = []
         for i, lease in enumerate(remotes):
@@ -292,15 +348,15 @@ class ProcessRenewer:
             lease = remotes[i]
             error = decode_error(encoded)
             if error is None:
-                reason = "released at shutdown" if stop else "released"
-                self._end(lease, LeaseState.RELEASED, reason, signal=stop)
+                detail = "released at shutdown" if stop else "released"
+                self._end(lease, LeaseState.RELEASED, Ending(None, detail), signal=stop)
             elif isinstance(error, LeaseLost):
-                self._end(lease, LeaseState.LOST, error.reason, signal=True)
+                self._end(lease, LeaseState.LOST, _ending_of(error), signal=True)
             results[i] = error
         return results
 
     def _end(
-        self, lease: RemoteLease, state: LeaseState, reason: str, *, signal: bool = False
+        self, lease: RemoteLease, state: LeaseState, ending: Ending, *, signal: bool = False
     ) -> None:
         """Apply an ending here (once): state, registry, the handler's signal, on_lost."""
         with self._registry_lock:
@@ -309,7 +365,7 @@ class ProcessRenewer:
             ):
                 return
             lease.state = state
-            lease.reason = reason
+            lease.ending = ending
             lease.message.ended_lease = weakref.ref(lease)
             if self._leases.get(lease.key) is lease:
                 del self._leases[lease.key]
@@ -318,22 +374,9 @@ class ProcessRenewer:
         if signal or state in (LeaseState.LOST, LeaseState.ABANDONED):
             lease.signal()
         if state in (LeaseState.LOST, LeaseState.ABANDONED):
-            self._notices.put((lease, reason))
+            self._notifier.put(lease, ending.lost_reason or LostReason.LAPSED)
         for observer in self.observers:
-            _tell(observer, "on_ended", lease, state, reason)
-
-    def _notify_loop(self) -> None:
-        """The notifier thread: on_lost, off the reader thread (it may call complete)."""
-        while True:
-            notice = self._notices.get()
-            if notice is None:
-                return
-            lease, reason = notice
-            log.warning("lease on message %r %s: %s", lease.id, lease.state.value, reason)
-            try:
-                self._on_lost(lease, reason)
-            except Exception:
-                log.exception("on_lost callback raised for message %r", lease.id)
+            _tell(observer, "on_ended", lease, state, ending.detail)
 
     # ------------------------------------------------------------------ the rest
 
@@ -384,7 +427,7 @@ class ProcessRenewer:
             for observer in self.observers:
                 _tell(observer, callback, lease, value)
 
-    def close(self, release: bool, timeout: float | None) -> None:
+    def close(self, release: bool = True, timeout: float | None = None) -> None:
         with self._registry_lock:
             if self._closed:
                 return
@@ -394,9 +437,7 @@ class ProcessRenewer:
             link.closing = True
             self._ask(lambda r: ("close", r, release, timeout))
             link.close(None if timeout is None else timeout + 5.0)
-        self._notices.put(None)
-        if self._notifier is not threading.current_thread():
-            self._notifier.join(5.0)
+        self._notifier.close()
         _live.discard(self)
 
     def forget_after_fork(self) -> None:
@@ -408,7 +449,51 @@ class ProcessRenewer:
             link.drop()
 
 
-def _remote(lease: Lease) -> RemoteLease:
+class Notifier:
+    """The notifier thread: ``on_lost`` and its log line, off the link's reader thread
+    (a callback may call ``complete()``, which waits for the reader)."""
+
+    def __init__(self) -> None:
+        self.on_lost: OnLost | None = None
+        self._notices: queue.SimpleQueue[tuple[RemoteLease, LostReason] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread = threading.Thread(
+            target=self._run, name="leasekeeper-renewer-notify", daemon=True
+        )
+        self._thread.start()
+
+    def put(self, lease: RemoteLease, reason: LostReason) -> None:
+        self._notices.put((lease, reason))
+
+    def close(self) -> None:
+        self._notices.put(None)
+        if self._thread is not threading.current_thread():
+            self._thread.join(5.0)
+
+    def _run(self) -> None:
+        while True:
+            notice = self._notices.get()
+            if notice is None:
+                return
+            lease, reason = notice
+            log.warning(
+                "lease on message %r %s (%s): %s",
+                lease.id,
+                lease.state.value,
+                reason.value,
+                lease.reason,
+            )
+            callback = self.on_lost
+            if callback is None:
+                continue
+            try:
+                callback(lease, reason)
+            except Exception:
+                log.exception("on_lost callback raised for message %r", lease.id)
+
+
+def _as_remote(lease: Lease) -> RemoteLease:
     if not isinstance(lease, RemoteLease):
         raise TypeError(f"not a lease of this manager: {lease!r}")
     return lease
@@ -426,12 +511,24 @@ def _check_completable(lease: RemoteLease, now: float) -> bool:
         if lease.signalled:
             raise LeaseLost(lease.id, lease.reason or "released")
         raise LeaseError(f"lease on message {lease.id!r} was released; it cannot be completed")
+    if state is LeaseState.FORGOTTEN:
+        raise LeaseError(f"lease on message {lease.id!r} was forgotten; its owner ends it")
     if state is LeaseState.LOST or now >= lease.visible_until:
-        raise LeaseLost(lease.id, lease.reason or str(state))
+        raise LeaseLost(lease.id, lease.reason or str(state), lease.lost_reason)
     return True  # abandoned, and its message still hidden
 
 
-_DIED_ERROR = ("LeaseLost", ("-", DIED))  # encoded as _wire encodes errors
+def _ending_of(error: LeaseLost) -> Ending:
+    return Ending(error.lost_reason or LostReason.LAPSED, error.reason)
+
+
+COMPLETED = Ending(None, "completed")
+FORGOTTEN = Ending(None, "forgotten: its owner took it back")
+SUPERSEDED = Ending(LostReason.SUPERSEDED, "superseded: the message was received again")
+RENEWER_DIED = Ending(LostReason.RENEWER_DIED, DIED)
+
+
+_DIED_ERROR = ("LeaseLost", ("-", DIED, LostReason.RENEWER_DIED))  # encoded as _wire encodes errors
 
 
 def _per_lease(payload: Any, count: int, dead: Any = _DIED_ERROR) -> list[Any]:
@@ -449,8 +546,10 @@ def _tell(observer: Observer, callback: str, *args: Any) -> None:
 
 
 def _zero_stats() -> Stats:
-    values = {f.name: 0 if f.type in ("int", int) else 0.0 for f in dataclasses.fields(Stats)}
-    return Stats(**values)  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(Stats):
+        values[f.name] = {} if f.name == "lost_reasons" else 0 if f.type in ("int", int) else 0.0
+    return Stats(**values)
 
 
 def _sum_stats(a: Stats, b: Stats) -> Stats:
@@ -458,7 +557,10 @@ def _sum_stats(a: Stats, b: Stats) -> Stats:
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(Stats):
         x, y = getattr(a, f.name), getattr(b, f.name)
-        fields[f.name] = x + y if isinstance(x, int) else y
+        if isinstance(x, dict):
+            fields[f.name] = {k: x.get(k, 0) + y.get(k, 0) for k in {*x, *y}}
+        else:
+            fields[f.name] = x + y if isinstance(x, int) else y
     return Stats(**fields)
 
 

@@ -1,0 +1,148 @@
+"""Who renews a manager's leases: the ``Renewer`` protocol, and choosing one.
+
+A ``LeaseManager`` is a facade: receiving, scopes, decorators and coalescing are
+its own, and everything about keeping leases alive it asks of one ``Renewer``,
+chosen once at construction and never asked about again:
+
+- ``renewer="thread"``: ``ThreadRenewer``, a scheduler thread and a dispatch pool
+  in this process (``leasekeeper.thread_renewer``);
+- ``renewer="process"``: ``ProcessRenewer``, a renewer process of its own that a
+  handler holding the GIL cannot stop, and that releases everything at once when
+  this process dies (``leasekeeper.process_renewer``);
+- any object implementing ``Renewer``: a test's, or a user's own.
+
+A renewer owns the leases it makes: ``lease.complete()``, ``release()`` and
+``forget()`` go to it (``Lease.owner``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+from leasekeeper.backends.base import Backend, Message
+from leasekeeper.clock import Clock
+from leasekeeper.config import LeaseConfig
+from leasekeeper.errors import ConfigError
+from leasekeeper.lease import Lease, WatchLease
+from leasekeeper.observers import Observer
+from leasekeeper.reasons import LostReason
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+    from leasekeeper._metrics import Stats
+
+__all__ = ["OnLost", "Renewer", "RenewerChoice", "make_renewer"]
+
+#: ``on_lost(lease, reason)``: called for every lease that is lost or abandoned.
+OnLost = Callable[[Lease, LostReason], object]
+RenewerChoice = Literal["thread", "process"]
+
+
+@runtime_checkable
+class Renewer(Protocol):
+    """What a ``LeaseManager`` asks of whoever renews its leases.
+
+    Registering returns the handler's ``Lease``; its ``complete``/``release``/
+    ``forget`` come back here through ``lease.owner``. Lost and abandoned leases are
+    reported to the callback given to ``bind`` (from a leasekeeper thread).
+    ``complete_many``/``release_many`` answer per lease: None, or the exception the
+    single form would have raised. ``close(release=True)`` releases every active
+    lease (watch leases are forgotten) and takes no new ones.
+    """
+
+    @property
+    def name(self) -> str:
+        """What to call it in logs and status lines ("thread", "process", ...)."""
+        ...
+
+    @property
+    def config(self) -> LeaseConfig: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def running(self) -> bool:
+        """Renewing now (a health check): started, not closed, its machinery alive."""
+        ...
+
+    @property
+    def pid(self) -> int:
+        """The process that renews (0 while a renewer process is being replaced)."""
+        ...
+
+    def bind(self, on_lost: OnLost | None) -> None:
+        """Where to report lost and abandoned leases from now on."""
+        ...
+
+    def start(self) -> None: ...
+
+    def register(self, message: Message) -> Lease: ...
+
+    def watch(self, message: Message) -> WatchLease: ...
+
+    def complete(self, lease: Lease) -> None: ...
+
+    def release(self, lease: Lease, delay: float | None = None) -> None: ...
+
+    def revoke(self, lease: Lease, delay: float = 0.0) -> None:
+        """Release under the handler's feet (a shutdown): ``lease.lost`` is set."""
+        ...
+
+    def forget(self, lease: Lease) -> None: ...
+
+    def abandon(self, lease: Lease, reason: str) -> None:
+        """Stop renewing: the handler succeeded but its delete keeps failing."""
+        ...
+
+    def complete_many(self, leases: Sequence[Lease]) -> list[BaseException | None]: ...
+
+    def release_many(
+        self, leases: Sequence[Lease], delay: float | None = None
+    ) -> list[BaseException | None]: ...
+
+    def get(self, message: Message) -> Lease | None: ...
+
+    def leases(self) -> list[Lease]: ...
+
+    def count(self) -> int: ...
+
+    def stats(self) -> Stats: ...
+
+    def add_observer(self, observer: Observer) -> None: ...
+
+    def remove_observer(self, observer: Observer) -> None: ...
+
+    def close(self, release: bool = True, timeout: float | None = None) -> None: ...
+
+
+def make_renewer(
+    choice: RenewerChoice | Renewer,
+    *,
+    backend: Backend | None,
+    config: LeaseConfig,
+    clock: Clock,
+    jitter_seed: int | None = None,
+    executor: Executor | None = None,
+) -> Renewer:
+    """The renewer ``choice`` names, built for ``backend`` and ``config``."""
+    if choice == "thread":
+        from leasekeeper.thread_renewer import ThreadRenewer
+
+        return ThreadRenewer(config, clock=clock, jitter_seed=jitter_seed, executor=executor)
+    if choice == "process":
+        if backend is None:
+            raise ConfigError("renewer='process' needs the backend to rebuild there")
+        from leasekeeper.process_renewer import ProcessRenewer
+
+        return ProcessRenewer(backend, config, clock=clock)
+    if isinstance(choice, Renewer):
+        return choice
+    raise ConfigError(
+        f"renewer must be 'thread', 'process' or a leasekeeper.Renewer, got {choice!r}"
+    )
