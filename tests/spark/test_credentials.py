@@ -14,8 +14,7 @@ from leasekeeper.backends.azure import AzureQueueBackend, AzureQueueSpec
 from leasekeeper.backends.mns import MNSBackend, MNSSpec
 from leasekeeper.backends.sqs import SQSBackend, SQSSpec
 from leasekeeper.errors import ConfigError, ReceiveError
-from leasekeeper.spark import source_options
-from leasekeeper.spark.sources import source_from_options
+from leasekeeper.spark.sources import source_from_options, source_options
 
 AWS_KEY_ID, AWS_SECRET = "AKIAEXAMPLEKEYID0001", "aws/secret+value/0123456789abcdefEXAMPLE"
 MNS_KEY = "mns-secret-value-0123456789"
@@ -31,7 +30,7 @@ def bare_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     for name in list(os.environ):
         if name.startswith(("AWS_", "MNS_", "AZURE_")):
             monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")  # boto3's (not AWS_REGION)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
@@ -96,9 +95,14 @@ def test_no_aws_region_names_the_variable(
     bare_environment: None, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
 ) -> None:
     monkeypatch.delenv("AWS_DEFAULT_REGION")
+    spec = SQSSpec(f"{moto_endpoint}/123456789012/jobs", endpoint_url=moto_endpoint)
     with pytest.raises(ConfigError, match="NoRegionError: no AWS region") as raised:
-        SQSSpec(f"{moto_endpoint}/123456789012/jobs", endpoint_url=moto_endpoint).build()
-    assert "AWS_DEFAULT_REGION" in str(raised.value) and "region=" in str(raised.value)
+        spec.build()
+    text = str(raised.value)
+    assert "AWS_DEFAULT_REGION" in text and "AWS_REGION" in text and "region=" in text
+    # AWS_REGION, which boto3 alone does not read, is a region too.
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    assert spec.build().client.meta.region_name == "eu-west-1"
 
 
 def test_no_mns_keys_names_the_variables(bare_environment: None) -> None:

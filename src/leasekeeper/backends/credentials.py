@@ -11,10 +11,11 @@ names of variables, profiles and settings.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 AWS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-AWS_REGION = ("AWS_DEFAULT_REGION",)  # boto3's; it does not read AWS_REGION
+AWS_REGION = ("AWS_DEFAULT_REGION", "AWS_REGION")
 MNS_KEYS = ("MNS_ACCESS_KEY_ID", "MNS_ACCESS_KEY_SECRET")
 AZURE_CONNECTION = "AZURE_STORAGE_CONNECTION_STRING"
 AZURE_CREDENTIALS = ("AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY", AZURE_CONNECTION)
@@ -61,9 +62,18 @@ def aws_partial_credentials(missing: str | None) -> str:
 
 def aws_no_region() -> str:
     return (
-        missing_variables("no AWS region in this process", AWS_REGION)
+        missing_variables("no AWS region in this process", AWS_REGION, joiner="or")
         + ", or give the source its region (SQSSource(queue_url, region=...))"
     )
+
+
+def aws_region() -> str | None:
+    """The region a spec without one takes from this process's environment: boto3
+    reads ``AWS_DEFAULT_REGION`` (and the config file) but not ``AWS_REGION``, which
+    the other AWS SDKs and tools read; a spec honours both. None: boto3 decides."""
+    if os.environ.get("AWS_DEFAULT_REGION"):
+        return None
+    return os.environ.get("AWS_REGION") or None
 
 
 def aws_configuration(exc: BaseException) -> str:

@@ -796,7 +796,8 @@ class SQSSpec:
 
     def build(self) -> SQSBackend:
         try:
-            client = boto3.client("sqs", region_name=self.region, endpoint_url=self.endpoint_url)
+            region = self.region or credentials.aws_region()
+            client = boto3.client("sqs", region_name=region, endpoint_url=self.endpoint_url)
         except BaseEndpointResolverError as exc:  # NoRegionError: say which variable
             detail = credentials.aws_configuration(exc)
             raise ConfigError(f"{type(exc).__name__}: {detail}") from exc
