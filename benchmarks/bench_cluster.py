@@ -64,8 +64,9 @@ TITLE = "12. Spark on a standalone cluster: scaling, and each partition against 
 WORKERS = 2
 CORES = 2  # per worker, and per executor
 JOB_SECONDS = 4.0  # the drain scaling run's handler: an I/O-bound job
-ROW_SECONDS = 0.2  # the stream scaling run's UDF, per row
+ROW_SECONDS = 0.5  # the stream scaling run's UDF, per row
 STREAM_BATCH = 50  # max_messages_per_batch against the bare loop (see run)
+SCALED_BATCH = 40  # max_messages_per_batch of the stream scaling runs
 SCALING_TARGET = 1.7
 BARE_TARGET = 0.9
 CALLS_TARGET = 0.25
@@ -366,6 +367,62 @@ def warm_up(
     )
 
 
+# ---------------------------------------------------------------------- the reader alone
+
+RECEIVE_SECONDS = 0.02  # the modelled service's round trip per receive
+SPARK_BATCH_SECONDS = 0.2  # what Spark takes to plan, run and commit a batch, modelled
+
+
+def reader_alone(count: int, prefetch: int | None) -> dict[str, Any]:
+    """read_stream's driver side with Spark modelled: a StreamDriver on a MemoryQueue
+    whose receives take RECEIVE_SECONDS (one at a time; other calls are free), and a
+    loop that takes a batch, waits SPARK_BATCH_SECONDS as Spark would run it, and
+    commits it. What receiving ahead does for a service whose cost does not depend
+    on how many messages are in flight (SQS's does not; moto's does)."""
+    from leasekeeper.backends.base import ForwardingBackend
+    from leasekeeper.backends.memory import MemoryQueue
+    from leasekeeper.spark import SQSSource
+    from leasekeeper.spark.stream_driver import StreamDriver
+    from leasekeeper.spark.stream_options import StreamOptions
+
+    class RoundTrips(ForwardingBackend):
+        def receive(
+            self, max_messages: int = 1, wait_seconds: float = 0.0, visibility_timeout: Any = None
+        ) -> list[Message]:
+            time.sleep(RECEIVE_SECONDS)
+            return super().receive(max_messages, 0.0, visibility_timeout)
+
+    queue = MemoryQueue(60)
+    queue.send_many([f"job-{n}" for n in range(count)])
+    options = StreamOptions(
+        source=SQSSource("https://sqs.us-east-1.amazonaws.com/1/modelled"),
+        config=CONFIG,
+        max_messages_per_batch=STREAM_BATCH,
+        receive_concurrency=1,
+        poll_seconds=0.0,
+        prefetch=prefetch,
+    )
+    driver = StreamDriver(options, backend=RoundTrips(queue))
+    driver.prepare_available_now()  # ends when the backlog is done
+    begun = time.monotonic()
+    start: Any = {"batch": 0}
+    batches = 0
+    try:
+        while True:
+            end = driver.latest_offset(start)
+            if end == start:
+                break
+            driver.plan(start, end)
+            time.sleep(SPARK_BATCH_SECONDS)  # Spark runs the batch; the sink commits it
+            driver.commit(end)
+            start, batches = end, batches + 1
+        seconds = time.monotonic() - begun
+    finally:
+        driver.stop()
+        driver.shutdown_threads()
+    return {"rate": count / seconds, "batches": batches, "left": len(queue)}
+
+
 # ---------------------------------------------------------------------- the measure
 
 
@@ -432,8 +489,10 @@ def run(ctx: Context) -> BenchResult:
                         figures[name]["steady_of_rounds"] = [r["steady"] for r in tries]
                 figures[f"drain_{executors}"] = drain(scaled, cores, job)
                 figures[f"stream_{executors}"] = stream(
-                    scaled, cores, slow=True, per_batch=ctx.pick(40, 100)
+                    scaled, cores, slow=True, per_batch=SCALED_BATCH
                 )
+    for name, prefetch in (("reader_ahead", None), ("reader_not_ahead", 0)):
+        figures[name] = reader_alone(ctx.pick(500, 1000), prefetch)
     result.figures = figures
     _rows(result, figures)
     return result
@@ -525,6 +584,27 @@ def _rows(result: BenchResult, f: dict[str, Any]) -> None:
             baselines=f"prefetch=0: {_rates(not_ahead)}",
             ratio=fmt_ratio(gain, "receiving ahead / not"),
             note=_complete(ahead, not_ahead),
+        )
+    )
+    ahead, not_ahead = f["reader_ahead"], f["reader_not_ahead"]
+    gain = ratio(ahead["rate"], not_ahead["rate"])
+    result.rows.append(
+        Row(
+            measure=(
+                "read_stream's reader alone, Spark modelled (a batch takes "
+                f"{SPARK_BATCH_SECONDS:g} s), a queue whose receive takes "
+                f"{RECEIVE_SECONDS * 1000:g} ms whatever is in flight, batches of "
+                f"{STREAM_BATCH}"
+            ),
+            leasekeeper=(
+                f"receiving ahead: {fmt(ahead['rate'], 'msg/s')} ({ahead['batches']} batches)"
+            ),
+            baselines=(
+                f"prefetch=0: {fmt(not_ahead['rate'], 'msg/s')} ({not_ahead['batches']} batches); "
+                f"the receives' own limit {fmt(10 / RECEIVE_SECONDS, 'msg/s')}"
+            ),
+            ratio=fmt_ratio(gain, "receiving ahead / not"),
+            note="" if ahead["left"] == not_ahead["left"] == 0 else "incomplete",
         )
     )
     result.notes.append(
