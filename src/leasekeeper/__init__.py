@@ -7,6 +7,10 @@ still run long jobs (no second worker grabs a message that is being processed).
 """
 
 from leasekeeper.backends.base import Backend, Handle, Message, Outcome
+
+# Built in (no SDK): the in-process queue of the demo and of your own tests.
+from leasekeeper.backends.memory import MemoryQueue
+from leasekeeper.backends.registry import connect
 from leasekeeper.config import LeaseConfig
 from leasekeeper.defaults import (
     configure,
@@ -50,6 +54,7 @@ __all__ = [
     "LeaseTooShort",
     "LostReason",
     "ManagerClosed",
+    "MemoryQueue",
     "Message",
     "Outcome",
     "ProcessRenewer",
@@ -62,6 +67,7 @@ __all__ = [
     "WorkerStats",
     "__version__",
     "configure",
+    "connect",
     "default_manager",
     "lease",
     "leased",

@@ -110,6 +110,8 @@ class RenewalEngine:
         self._max_lease = config.max_lease_duration
         # Guards the schedule, the lifecycle flags, the counters and the busy flags.
         self._lock = threading.Lock()
+        # Its value, read on the register hot path (one attribute lookup, not two).
+        self._threshold_now = self._threshold.value
         self._schedule = Schedule(fill_window=min(config.timer_interval, self._threshold.value / 2))
         self._lanes = self._schedule.lanes  # the same dict, one lookup shorter
         self._dispatcher = Dispatcher(
@@ -125,7 +127,7 @@ class RenewalEngine:
         self._extender = Extender(calls, self, self.gate, config=config, clock=clock, rng=self._rng)
         # Endings still to be told to handlers, on_lost and observers (outside the lock).
         self._reporter = Reporter(calls, on_lost, self.count_callback_error)
-        self._short_queue_warned = False
+        self._pending = self._reporter.pending  # the same deque, one lookup shorter
 
     # ------------------------------------------------------------------ what it shares
 
@@ -225,9 +227,9 @@ class RenewalEngine:
             if visible_until - now < self._minimal_life:
                 raise LeaseTooShort(message_id, visible_until - now, self._minimal_life)
             record = make(message, now)
-            due = visible_until - self._threshold.value
-            if due < now:
-                due = self._arrived_short(visible_until - now)
+            # A message that arrived with less left than the threshold is due at once
+            # (the extender says so once, and counts no send lag for it).
+            due = visible_until - self._threshold_now
             if self._max_lease is not None and now + self._max_lease < due:
                 due = now + self._max_lease
             self._schedule.add(lane, message_id, record, due)
@@ -239,24 +241,6 @@ class RenewalEngine:
         if superseded:
             self.drain()  # told outside the lock: on_lost may call back in
         return record
-
-    def _arrived_short(self, left: float) -> float:
-        """A message arrived with less invisibility than the threshold: it is due now
-        (its extend is not late, so it must not count as send lag). Said once: the
-        queue's own timeout, or the visibility its receive asked for, is shorter than
-        extend_threshold, so every message costs an extend at once."""
-        if not self._short_queue_warned:
-            self._short_queue_warned = True
-            log.warning(
-                "a message arrived with %.1fs of invisibility, less than extend_threshold "
-                "(%.1fs): such messages are extended at once. Receive with "
-                "visibility_timeout=%g (or set the queue's own timeout to it) to save "
-                "that call",
-                left,
-                self._threshold.value,
-                self._config.visibility_timeout,
-            )
-        return self._now()
 
     def _add_lane(self, backend: Backend) -> Lane:
         check_backend(backend, self._config)
@@ -317,6 +301,7 @@ class RenewalEngine:
 
     def adapt_threshold(self, now: float) -> None:
         self._threshold.adapt(now)
+        self._threshold_now = self._threshold.value
 
     def natural_due(self, record: LeaseRecord) -> float:
         """When ``record`` is next due: ``extend_threshold`` before its deadline, or at
@@ -356,16 +341,18 @@ class RenewalEngine:
             for record in records:
                 self._calls.tell("on_lapse", record, now - record.visible_until)
 
-    def end_completed(self, record: LeaseRecord, *, give: bool) -> None:
-        """``end(record, COMPLETED, ...)``, on the register/complete hot path (the lease
-        taken: nothing else can end it meanwhile but a register that supersedes it, or
-        close(), both under the registry lock checked here)."""
+    def end_completed(self, record: LeaseRecord) -> None:
+        """``end(record, COMPLETED, ...)`` and give the lease back, on the
+        register/complete hot path (the lease taken: nothing else can end it meanwhile
+        but a register that supersedes it, or close(), both under the registry lock
+        checked here)."""
         message = record.message
         lock = self._lock
         lock.acquire()  # not ``with``: half the cost in CPython 3.11, on the hot path
         try:
-            if give:
-                self.gate.give_locked(record)
+            record.busy = False  # OpGate.give_locked, inline: the hot path
+            if self.gate.waiting:
+                self.gate.notify_locked()
             if record.state is not _ACTIVE and record.state is not _ABANDONED:
                 return
             record.state = _COMPLETED
@@ -378,7 +365,7 @@ class RenewalEngine:
             lock.release()
         if self._calls.observers:
             self._calls.tell("on_ended", record, _COMPLETED, "completed")
-        if self._reporter.has_pending():
+        if self._pending:  # the reporter's queue: checked first, it is mostly empty
             self._reporter.drain()
 
     def end(

@@ -60,6 +60,7 @@ class Extender:
         self._config = config
         self._clock = clock
         self._rng = rng
+        self._short_said = False  # a message arrived shorter than the threshold (said once)
 
     def extend_batch(self, lane: Lane, records: Sequence[LeaseRecord]) -> None:
         """Extend one chunk of due leases (runs on a dispatch thread)."""
@@ -99,8 +100,10 @@ class Extender:
         backend = lane.backend
         ledger = self._ledger
         sent_at = self._clock.now()
-        # Measured at the send, so it includes any wait for a dispatch thread.
-        send_lag = max(0.0, sent_at - min(record.due for record in group))
+        # Measured at the send, so it includes any wait for a dispatch thread; a lease
+        # due before it was registered (it arrived with less than the threshold left)
+        # is late only from its registration.
+        send_lag = max(0.0, sent_at - min(max(r.due, r.registered_at) for r in group))
         late = [record for record in group if sent_at >= record.visible_until]
         if late:
             ledger.count_lapses(late, sent_at)
@@ -126,6 +129,8 @@ class Extender:
     def _plan_extend(self, backend: Backend, record: LeaseRecord, now: float) -> float | None:
         """How long to ask for, or None after ending the lease (lost, abandoned, capped)."""
         ledger = self._ledger
+        if not record.extensions and not self._short_said:
+            self._say_if_short(record)
         ending = lapsed(record, now, "extend", "before sending")
         if ending is not None:
             if not record.retries:
@@ -155,6 +160,23 @@ class Extender:
                 )
                 return None
         return asked
+
+    def _say_if_short(self, record: LeaseRecord) -> None:
+        """A message that arrived with less invisibility than the threshold is extended
+        at once, at the cost of a call: not a lag, but a setting to fix. Said once."""
+        left = record.visible_until - record.registered_at
+        threshold = self._ledger.threshold
+        if left >= threshold:
+            return
+        self._short_said = True
+        log.warning(
+            "a message arrived with %.1fs of invisibility, less than extend_threshold "
+            "(%.1fs): such messages are extended at once. Receive with "
+            "visibility_timeout=%g (or set the queue's own timeout to it) to save that call",
+            left,
+            threshold,
+            self._config.visibility_timeout,
+        )
 
     def _apply_extend(
         self,
@@ -238,11 +260,20 @@ class Extender:
     @staticmethod
     def _warn_margin(lag: float, latency: float, threshold: float) -> None:
         """Rule 3: lateness (the scheduler's own, and waiting for a dispatch thread)
-        plus call latency eat into the extend threshold."""
+        plus call latency eat into the extend threshold. The advice follows the
+        larger of the two."""
+        if lag >= latency:
+            advice = (
+                "renewals start late: a thread holding the GIL (use renewer='process') "
+                "or every dispatch thread busy (raise max_concurrency)"
+            )
+        else:
+            advice = "the service answers slowly: raise extend_threshold to renew earlier"
         log.warning(
             "send lag (%.3fs) + extend latency (%.3fs) exceed half of extend_threshold "
-            "(%.3fs): leases risk lapsing; raise extend_threshold or max_concurrency",
+            "(%.3fs): leases risk lapsing; %s",
             lag,
             latency,
             threshold,
+            advice,
         )

@@ -28,12 +28,14 @@ class OpGate:
     waits). The ``*_locked`` methods expect the caller to hold ``lock``.
     """
 
-    __slots__ = ("_freed", "_lock", "_now", "_waiting")
+    __slots__ = ("_freed", "_lock", "_now", "waiting")
 
     def __init__(self, lock: threading.Lock, now: Callable[[], float]) -> None:
         self._lock = lock
         self._freed = threading.Condition(lock)  # notified when a flag is cleared
-        self._waiting = 0  # threads waiting on _freed (guarded by lock)
+        #: Threads waiting for a lease to be given back (guarded by the lock): a giver
+        #: notifies only when someone waits.
+        self.waiting = 0
         self._now = now
 
     def try_take(self, records: Sequence[LeaseRecord]) -> list[LeaseRecord]:
@@ -60,7 +62,7 @@ class OpGate:
             record.busy = True
             return True
         deadline = None if timeout is None else self._now() + timeout
-        self._waiting += 1
+        self.waiting += 1
         try:
             while record.busy:
                 left = None if deadline is None else deadline - self._now()
@@ -68,19 +70,19 @@ class OpGate:
                     return False
                 self._freed.wait(left)
         finally:
-            self._waiting -= 1
+            self.waiting -= 1
         record.busy = True
         return True
 
     def take_all(self, records: Sequence[LeaseRecord]) -> None:
         """Wait until every one of ``records`` is free, then mark them all busy at once."""
         with self._lock:
-            self._waiting += 1
+            self.waiting += 1
             try:
                 while any(record.busy for record in records):
                     self._freed.wait()
             finally:
-                self._waiting -= 1
+                self.waiting -= 1
             for record in records:
                 record.busy = True
 
@@ -90,12 +92,16 @@ class OpGate:
 
     def give_locked(self, record: LeaseRecord) -> None:
         record.busy = False
-        if self._waiting:
+        if self.waiting:
             self._freed.notify_all()
+
+    def notify_locked(self) -> None:
+        """Wake the waiters after a flag was cleared inline (the hot path's give)."""
+        self._freed.notify_all()
 
     def give_all(self, records: Sequence[LeaseRecord]) -> None:
         with self._lock:
             for record in records:
                 record.busy = False
-            if self._waiting:
+            if self.waiting:
                 self._freed.notify_all()

@@ -15,14 +15,16 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import Clock
 from leasekeeper.config import LeaseConfig
+from leasekeeper.decorator import undecorated
 from leasekeeper.errors import LeaseLost, LeaseTooShort, ManagerClosed, ReceiveError
-from leasekeeper.lease import Lease
+from leasekeeper.lease import Lease, LeaseState
 from leasekeeper.manager import LeaseManager
 
 log = logging.getLogger("leasekeeper.worker")
@@ -35,6 +37,7 @@ class WorkerStats:
     failed: int = 0  # handler raised: message released
     lost: int = 0  # lease lost while handling: nothing deleted
     refused: int = 0  # received with too little invisibility left to lease
+    dead_lettered: int = 0  # handler raised on the last try: sent to the dead-letter queue
 
 
 class Intake:
@@ -59,9 +62,23 @@ class Intake:
         gather: float,
         config_fields: dict[str, Any],
         clock: Clock | None = None,
+        dead_letter: Backend | str | None = None,
     ) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {type(handler).__name__}")
+        inner = undecorated(handler)
+        if inner is not None:
+            # The worker leases every message itself: the @leased wrapper would delete
+            # each message a second time (and count it lost when that delete fails).
+            log.info(
+                "%s: %s is @leased; running the function it wraps under the worker's "
+                "own lease (each message deleted once)",
+                kind,
+                getattr(handler, "__qualname__", repr(handler)),
+            )
+            handler = inner
+        #: The handler the worker calls (a ``@leased`` wrapper's undecorated function).
+        self.handler = handler
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -75,10 +92,16 @@ class Intake:
         if not 0 <= gather <= 1:
             raise ValueError(f"gather must be between 0 and 1 second, got {gather!r}")
         if isinstance(manager_or_backend, LeaseManager):
-            if config is not None or config_fields or renewer is not None or clock is not None:
+            if (
+                config is not None
+                or config_fields
+                or renewer is not None
+                or clock is not None
+                or dead_letter is not None
+            ):
                 raise TypeError(
-                    f"pass config, renewer and clock to the LeaseManager, not to a {kind} "
-                    "built on one"
+                    f"pass config, renewer, clock and dead_letter to the LeaseManager, not "
+                    f"to a {kind} built on one"
                 )
             if manager_or_backend.backend is None:
                 raise ValueError("the LeaseManager has no backend to receive from")
@@ -92,6 +115,7 @@ class Intake:
                 config,
                 renewer=renewer or "thread",
                 clock=clock,
+                dead_letter=dead_letter,
                 **config_fields,
             )
             self.owns_manager = True
@@ -204,12 +228,26 @@ class Intake:
             log.warning("release of message %r failed: %s", lease.id, error)
         return outcome
 
+    def fail(self, lease: Lease, error: BaseException) -> tuple[str, Future[None] | None]:
+        """The handler raised ``error``: release the message (through the coalescer), or
+        send a poison message to the dead-letter queue. Returns what it counts as,
+        and the release to wait for."""
+        try:
+            future = self.manager.fail_soon(lease, error)
+        except ManagerClosed:
+            return "failed", None  # closed in a hurry: close() released it
+        if lease.state is LeaseState.COMPLETED:
+            return "dead_lettered", None  # copied, then deleted, already
+        return "failed", future
+
     def count(self, outcome: str) -> None:
         """Count a finished message."""
         if outcome == "completed":
             self.stats.completed += 1
         elif outcome == "lost":
             self.stats.lost += 1
+        elif outcome == "dead_lettered":
+            self.stats.dead_lettered += 1
         else:
             self.stats.failed += 1
 

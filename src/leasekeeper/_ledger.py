@@ -33,9 +33,9 @@ class Ledger(Protocol):
         signal and ``on_lost`` for ``drain``. ``stop_handler``: signal a released one."""
         ...
 
-    def end_completed(self, record: LeaseRecord, *, give: bool) -> None:
-        """``end(record, COMPLETED, ...)``, on the hot path; with ``give``, also clear
-        its busy flag under the same lock (``OpGate.give``)."""
+    def end_completed(self, record: LeaseRecord) -> None:
+        """``end(record, COMPLETED, ...)`` and give the lease back (``OpGate.give``)
+        under the same lock: the hot path's one call for both."""
         ...
 
     def reschedule(self, record: LeaseRecord, due: float | None = None) -> None:

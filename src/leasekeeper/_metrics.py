@@ -19,6 +19,7 @@ import math
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 log = logging.getLogger("leasekeeper.manager")
 
@@ -56,9 +57,17 @@ class Stats:
     forgotten: int = 0  # watch leases whose owner took the message back (lease.forget())
     #: Lost and abandoned leases by ``LostReason`` value ("lapsed", "rejected", ...).
     lost_reasons: dict[str, int] = field(default_factory=dict)
+    #: Poison messages sent to the dead-letter queue (and deleted from theirs).
+    dead_lettered: int = 0
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def __getitem__(self, name: str) -> Any:
+        """``stats["dead_lettered"]``: a field by name, as ``as_dict()`` has it."""
+        if name not in self.__dataclass_fields__:
+            raise KeyError(name)
+        return getattr(self, name)
 
 
 class SampleRing:

@@ -322,7 +322,8 @@ class ChildRenewer:
             self._wait_idle(EXIT_RELEASE_TIMEOUT)
             self._manager.close(release=frame[2], timeout=frame[3])
             self._outbox.flush()
-            self._outbox.reply(("done", frame[1], None))
+            # The final counts ride on the reply: stats() after close() is asked here.
+            self._outbox.reply(("done", frame[1], self._manager.stats()))
             self._done.set()
         else:
             log.error("unknown frame %r from the worker", tag)

@@ -27,14 +27,15 @@ class Reporter:
     ``on_error`` counts an ``on_lost`` callback that raised.
     """
 
-    __slots__ = ("_calls", "_ended", "_on_error", "_pending", "on_lost")
+    __slots__ = ("_calls", "_ended", "_on_error", "on_lost", "pending")
 
     def __init__(self, calls: Calls, on_lost: OnLost | None, on_error: Callable[[], None]) -> None:
         self._calls = calls
         self.on_lost = on_lost
         self._on_error = on_error
-        # Leases whose handler (and on_lost) must hear of their end.
-        self._pending: deque[LeaseRecord] = deque()
+        #: Leases whose handler (and on_lost) must hear of their end (the engine
+        #: checks it on its hot path: truthy when there is anything to drain).
+        self.pending: deque[LeaseRecord] = deque()
         # Ended leases the observers have not heard of yet (only while there are any).
         self._ended: deque[tuple[LeaseRecord, LeaseState, str]] = deque()
 
@@ -45,14 +46,14 @@ class Reporter:
             ending = record.ending
             self._ended.append((record, state, "" if ending is None else ending.detail))
         if signal:
-            self._pending.append(record)
+            self.pending.append(record)
 
     def has_pending(self) -> bool:
-        return bool(self._pending)
+        return bool(self.pending)
 
     def drain(self) -> None:
         """Signal and report ended leases outside every lock (callbacks may re-enter)."""
-        pending = self._pending
+        pending = self.pending
         while pending:  # checked first: the common case is nothing to report
             try:
                 record = pending.popleft()

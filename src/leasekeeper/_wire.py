@@ -13,7 +13,8 @@ worker -> renewer
     ("forget", request, key)                                reply once no extend is out
     ("stats", request)                                      reply: Stats
     ("observe", on)                                         forward observer events
-    ("close", request, release, timeout)                    reply, then it exits
+    ("close", request, release, timeout)                    reply: the final Stats, then
+                                                            it exits
 
 renewer -> worker (its sender thread batches them: ("batch", [frame, ...]))
     ("ready", pid) / ("failed", text)                       once, at start

@@ -1,5 +1,7 @@
-"""The ``leasekeeper`` command: ``demo``, ``config`` (check a configuration) and
-``worker`` (run a handler on a queue: ``leasekeeper.worker_command``)."""
+"""The leasekeeper command: demo, config and worker.
+
+leasekeeper.worker_command is the worker; this module dispatches to it.
+"""
 
 from __future__ import annotations
 
@@ -9,26 +11,33 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from leasekeeper.config import LeaseConfig
+from leasekeeper._command_options import add_config_flags, add_version_flag, config_from, number
 from leasekeeper.errors import ConfigError
 
+DESCRIPTION = """\
+Keep queue messages invisible while workers process them.
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
+  leasekeeper worker MODULE:HANDLER --sqs URL  run a handler on a queue
+  leasekeeper demo                             the trade it ends, in memory
+  leasekeeper config --visibility-timeout 60   check a lease configuration
+
+leasekeeper COMMAND --help says more."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="leasekeeper", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="leasekeeper",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_version_flag(parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser("demo", help="run the three-way comparison on the in-memory queue")
     demo.add_argument(
-        "--seconds", type=_positive, default=30.0, help="wall time to scale the demo to (30)"
+        "--seconds",
+        type=number(float, 0, inclusive=False),
+        default=30.0,
+        help="wall time to scale the demo to (default: 30)",
     )
     demo.add_argument(
         "--svg", metavar="FILE", default=None, help="also write the timelines as an SVG picture"
@@ -40,9 +49,13 @@ def _parser() -> argparse.ArgumentParser:
         help="run MODULE:HANDLER on a queue's messages under leases (leasekeeper worker --help)",
         add_help=False,
     )
-    check = sub.add_parser("config", help="validate a LeaseConfig and show derived values")
-    for f in dataclasses.fields(LeaseConfig):
-        check.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None)
+    check = sub.add_parser(
+        "config",
+        help="check a lease configuration and show the values it derives",
+        description="Check a lease configuration (the flags of leasekeeper worker's lease "
+        "settings) and show every value, the derived ones included.",
+    )
+    add_config_flags(check)
     return parser
 
 
@@ -64,22 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.svg is not None:
             print(f"timelines written to {args.svg}")
         return 0 if outcomes[2].duplicates == 0 else 1
-    fields: dict[str, object] = {}
-    for f in dataclasses.fields(LeaseConfig):
-        raw = getattr(args, f.name)
-        if raw is None:
-            continue
-        try:
-            if f.name == "extend_threshold" and raw == "auto":
-                fields[f.name] = raw
-            else:
-                fields[f.name] = int(raw) if f.name == "max_concurrency" else float(raw)
-        except ValueError:
-            fields[f.name] = raw  # let LeaseConfig say what is wrong with it
     try:
-        config = LeaseConfig(**fields)  # type: ignore[arg-type]
+        config = config_from(args)
     except ConfigError as exc:
-        print(f"invalid: {exc}", file=sys.stderr)
+        print(f"leasekeeper config: invalid: {exc}", file=sys.stderr)
         return 2
     for name, value in dataclasses.asdict(config).items():
         print(f"{name:20} {value}")

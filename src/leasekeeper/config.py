@@ -63,11 +63,21 @@ class LeaseConfig:
         Stop renewing a lease this long after it was registered (a stuck
         handler) and let the message reappear. ``None``: no limit.
     release_delay
-        How long a message stays invisible after a failed handler releases it.
+        How long a message stays invisible after its handler failed, the first time
+        (jittered by +-20 %, so messages that failed together do not come back together).
     release_backoff
         Factor applied to ``release_delay`` per earlier receive of the message
         (``release_delay * release_backoff ** (receive_count - 1)``), so a message
-        that keeps failing waits longer each time. 1.0 keeps the delay fixed.
+        that keeps failing waits longer each time: by default 1 s, 2 s, 4 s ... 1.0
+        keeps the delay fixed.
+    release_delay_max
+        The longest a failed message is held back, however often it failed.
+    max_receives
+        A message received this many times whose handler fails again is a poison
+        message: with a ``dead_letter`` queue (``LeaseManager``, the workers), it is
+        copied there and deleted; without one it is left to the service (SQS's
+        redrive policy, where the queue has one). None: no limit (the default; 5 when
+        a ``dead_letter`` is given).
     max_concurrency
         Backend calls in flight at once from the scheduler's dispatch pool.
     coalesce_window
@@ -82,10 +92,12 @@ class LeaseConfig:
     extend_threshold: float | Literal["auto"] | None = None
     minimal_life: float = 2.0
     max_lease_duration: float | None = None
-    release_delay: float = 0.0
-    release_backoff: float = 1.0
+    release_delay: float = 1.0
+    release_backoff: float = 2.0
     max_concurrency: int = 16
     coalesce_window: float = 0.02
+    release_delay_max: float = 300.0
+    max_receives: int | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise ints to floats once, here
@@ -119,6 +131,21 @@ class LeaseConfig:
         conc = self.max_concurrency
         if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
             raise ConfigError(f"max_concurrency must be an integer >= 1, got {conc!r}")
+        set_(
+            self,
+            "release_delay_max",
+            _seconds("release_delay_max", self.release_delay_max, allow_zero=True),
+        )
+        if self.release_delay > self.release_delay_max:
+            raise ConfigError(
+                f"release_delay ({self.release_delay:g}) must not exceed release_delay_max "
+                f"({self.release_delay_max:g})"
+            )
+        receives = self.max_receives
+        if receives is not None and (
+            isinstance(receives, bool) or not isinstance(receives, int) or receives < 1
+        ):
+            raise ConfigError(f"max_receives must be None or an integer >= 1, got {receives!r}")
 
         vis, tick, life = self.visibility_timeout, self.timer_interval, self.minimal_life
         if vis <= tick + life:
@@ -169,6 +196,17 @@ class LeaseConfig:
                 f"visibility_timeout ({self.visibility_timeout:g}) exceeds the backend's "
                 f"max_visibility ({max_visibility:g}) for {backend!r}"
             )
+
+    def failed_delay(self, receive_count: int, jitter: float = 1.0) -> float:
+        """How long a message whose handler failed on its ``receive_count``-th receive
+        stays invisible: ``release_delay`` grown by ``release_backoff`` per earlier
+        receive, times ``jitter`` (0.8 to 1.2, drawn by the caller), at most
+        ``release_delay_max``."""
+        try:
+            base = self.release_delay * self.release_backoff ** (max(1, receive_count) - 1)
+        except OverflowError:  # a poison message received a thousand times
+            base = math.inf
+        return min(self.release_delay_max, base * jitter)
 
     def replace(self, **changes: Any) -> LeaseConfig:
         """A copy with some fields changed (validated like a new config)."""

@@ -20,6 +20,23 @@ R = TypeVar("R")
 
 ScopeFactory = Callable[[Message], AbstractContextManager[Any]]
 
+#: Set on every ``@leased`` wrapper (the sync and the ``leasekeeper.aio`` one): the
+#: handler it wraps. A worker that leases each message itself runs that handler, so a
+#: decorated handler given to it is not wrapped twice (which deletes each message
+#: twice: the second delete finds the receipt gone and counts the message lost).
+LEASED_HANDLER = "__leasekeeper_handler__"
+
+
+def mark_leased(wrapper: Callable[..., Any], handler: Callable[..., Any]) -> None:
+    """Say that ``wrapper`` is ``handler`` under ``@leased`` (see ``LEASED_HANDLER``)."""
+    setattr(wrapper, LEASED_HANDLER, handler)
+
+
+def undecorated(handler: Callable[..., Any]) -> Callable[..., Any] | None:
+    """The handler inside a ``@leased`` wrapper, or None if ``handler`` is not one."""
+    inner = getattr(handler, LEASED_HANDLER, None)
+    return inner if callable(inner) else None
+
 
 def find_message(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Message:
     """The first Message among the arguments, so methods (self, message) work too."""
@@ -42,6 +59,7 @@ def wrap_in_lease(func: Callable[P, R] | None, scope: ScopeFactory) -> Any:
             with scope(find_message(args, kwargs)):
                 return handler(*args, **kwargs)
 
+        mark_leased(run, handler)
         return run
 
     return wrap(func) if func is not None else wrap

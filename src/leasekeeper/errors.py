@@ -85,7 +85,7 @@ class BackendError(LeaseError):
 
 
 class ReceiveError(BackendError):
-    """A backend's ``receive`` (or a queue-attribute read it needs) failed.
+    """A backend's ``receive`` or ``send`` (or a queue read it needs) failed.
 
     Every backend's ``receive`` raises this one type for a failure of the service
     or of the way to it, so a receive loop needs one ``except`` and one question:

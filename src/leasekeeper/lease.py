@@ -54,6 +54,10 @@ class LeaseOwner(Protocol):
 
     def forget(self, lease: Lease) -> None: ...
 
+    def fail(self, lease: Lease, error: BaseException | None, delay: float | None) -> None:
+        """The handler failed: release the message, or dead-letter a poison one."""
+        ...
+
 
 class Lease(LeaseRecord):
     """One message's lease. Obtain it from ``LeaseManager.register`` or ``lease(msg)``.
@@ -144,7 +148,7 @@ class Lease(LeaseRecord):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        settle(self, exc_type, None)
+        settle(self, exc, None)
 
     def __repr__(self) -> str:
         return (
@@ -181,10 +185,12 @@ class WatchLease(Lease):
         raise LeaseError("a watch lease is not a scope: its owner ends the message")
 
 
-def settle(lease: Lease, exc_type: type[BaseException] | None, delay: float | None) -> None:
-    """End a leased block: complete on success, release on an exception (which the
-    caller re-raises), ``LeaseLost`` when the lease was lost and nothing was deleted."""
-    if exc_type is None:
+def settle(lease: Lease, error: BaseException | None, delay: float | None) -> None:
+    """End a leased block: complete on success; on an exception (which the caller
+    re-raises) hand the failure to the lease's owner - released after ``delay`` or
+    the grown delay, or dead-lettered when it is a poison message; ``LeaseLost`` when
+    the lease was lost and nothing was deleted."""
+    if error is None:
         try:
             lease.complete()
         except BackendError:
@@ -194,7 +200,7 @@ def settle(lease: Lease, exc_type: type[BaseException] | None, delay: float | No
             raise
         return
     try:
-        lease.release(delay)
+        lease.owner.fail(lease, error, delay)
     except LeaseLost:
         pass  # already reported as lost; the handler's own exception matters more
     except Exception:
@@ -241,4 +247,4 @@ class LeaseScope:
     ) -> None:
         lease = self._lease
         assert lease is not None, "LeaseScope exited without entering"
-        settle(lease, exc_type, self._delay)
+        settle(lease, exc if exc_type is not None else None, self._delay)

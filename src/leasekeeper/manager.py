@@ -16,8 +16,10 @@ order, so tests are deterministic and fast.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
+import random
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
@@ -31,6 +33,7 @@ from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.decorator import wrap_in_lease
 from leasekeeper.errors import ConfigError, LeaseTooShort, ManagerClosed
+from leasekeeper.failures import Failures, resolve_dead_letter
 from leasekeeper.lease import Lease, LeaseScope, OnLost, WatchLease
 from leasekeeper.observers import Observer
 from leasekeeper.reasons import LostReason
@@ -65,6 +68,12 @@ class LeaseManager:
     the system clock), or a ``leasekeeper.Renewer`` you built (then give it the
     config and clock, not the manager).
 
+    ``dead_letter``: where poison messages go - a message received ``max_receives``
+    times (a config field; 5 when only ``dead_letter`` is given) whose handler fails
+    again is sent there, then deleted (see ``leasekeeper.failures``): a backend, a
+    queue URL, or the name of a queue beside ``backend`` (on Azure, ``"poison"`` is
+    ``<queue>-poison``, created if missing).
+
     For tests and simulations: ``jitter_seed`` seeds the jitter of retry delays, so
     a run on a ManualClock replays exactly; ``executor`` (a
     ``concurrent.futures.Executor``) runs the extend calls instead of the thread
@@ -81,6 +90,7 @@ class LeaseManager:
         jitter_seed: int | None = None,
         executor: Executor | None = None,
         renewer: RenewerChoice | Renewer = "thread",
+        dead_letter: Backend | str | None = None,
         **config_fields: Any,
     ) -> None:
         if isinstance(renewer, str):
@@ -116,7 +126,14 @@ class LeaseManager:
             executor=executor,
         )
         self.clock: Clock = self._renewer.clock
-        self._renewer.bind(self._tell_lost)
+        #: What a handler's failure does: release with a growing delay, or send a
+        #: poison message to ``dead_letter`` (``leasekeeper.failures``).
+        self.failures = Failures(
+            self.config,
+            resolve_dead_letter(dead_letter, backend),
+            None if jitter_seed is None else random.Random(jitter_seed),
+        )
+        self._renewer.bind(self._tell_lost, self.failures)
         # register() is the renewer's own, bound here: it is half of the register/
         # complete hot path (see ``make bench``), where a frame more costs ~5 %.
         self.register = self._renewer.register  # type: ignore[method-assign]
@@ -222,6 +239,7 @@ class LeaseManager:
         if self.closed:
             raise ManagerClosed("this LeaseManager is closed; it receives nothing")
         cfg = self.config
+        self.failures.announce(backend)  # once: where failing messages end
         if not (isinstance(wait_seconds, (int, float)) and not isinstance(wait_seconds, bool)):
             raise TypeError(f"wait_seconds must be a number of seconds, got {wait_seconds!r}")
         if not 0 <= wait_seconds < cfg.visibility_timeout - cfg.minimal_life:
@@ -313,6 +331,31 @@ class LeaseManager:
                 coalesced = self._coalesced
         return coalesced
 
+    def fail(
+        self, lease: Lease, error: BaseException | None = None, delay: float | None = None
+    ) -> None:
+        """``lease``'s handler failed (with ``error``): release its message after
+        ``delay`` (default: ``release_delay`` grown per receive, jittered), or, when it
+        is a poison message and there is a dead-letter queue, send it there and delete
+        it. One WARNING line says which. What ``with held:`` does on an exception."""
+        self.failures.fail(lease, error, delay)
+
+    def fail_soon(
+        self, lease: Lease, error: BaseException | None = None, delay: float | None = None
+    ) -> Future[None]:
+        """``fail`` through the coalescer, as ``release_soon`` releases (what the
+        workers use); a poison message is dead-lettered at once, before it returns."""
+        failures = self.failures
+        # The workers swallow the handler's exception: its traceback goes in the line.
+        if failures.dead_letters(lease) and failures.dead_letter_now(lease, error, traceback=True):
+            done: Future[None] = Future()
+            done.set_result(None)
+            return done
+        seconds = failures.delay_for(lease, delay)
+        future = self.release_soon(lease, seconds)
+        failures.warn_released(lease, error, seconds, traceback=True)
+        return future
+
     def revoke(self, lease: Lease, delay: float = 0.0) -> None:
         """Release ``lease`` under its handler's feet (a shutdown): the message goes
         back after ``delay`` and the handler sees ``lease.lost`` set."""
@@ -341,7 +384,8 @@ class LeaseManager:
 
     def stats(self) -> Stats:
         """A snapshot of the counters, scheduler lag and extend latency."""
-        return self._renewer.stats()
+        stats = self._renewer.stats()
+        return dataclasses.replace(stats, dead_lettered=self.failures.dead_lettered)
 
     def next_wakeup(self) -> float | None:
         """When the renewer next has work due, on its clock (None: none, or a renewer

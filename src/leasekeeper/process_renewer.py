@@ -44,6 +44,7 @@ from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, SystemClock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError, LeaseError, LeaseLost, LeaseTooShort, ManagerClosed
+from leasekeeper.failures import Failures
 from leasekeeper.lease import Lease, OnLost, WatchLease, not_a_message
 from leasekeeper.observers import CallEvent, Observer
 from leasekeeper.reasons import Ending, LostReason
@@ -108,6 +109,8 @@ class ProcessRenewer:
         self._base = _zero_stats()  # what renewers that died had counted
         self._last = _zero_stats()  # the latest figures of the current one
         self._notifier = Notifier()
+        #: What a handler's failure does (``leasekeeper.failures``); the manager binds its own.
+        self.failures = Failures(config, None)
         self._link: RenewerLink | None = self._new_link()
         _live.add(self)
 
@@ -182,8 +185,10 @@ class ProcessRenewer:
     def clock(self) -> Clock:
         return self._clock
 
-    def bind(self, on_lost: OnLost | None) -> None:
+    def bind(self, on_lost: OnLost | None, failures: Failures | None = None) -> None:
         self._notifier.on_lost = on_lost
+        if failures is not None:
+            self.failures = failures
 
     def start(self) -> None:
         if self._closed:
@@ -288,6 +293,11 @@ class ProcessRenewer:
         )
         with contextlib.suppress(LeaseLost, OSError):  # gone: nothing renews it anyway
             self._send(("abandon", remote.key, reason))
+
+    def fail(self, lease: Lease, error: BaseException | None, delay: float | None = None) -> None:
+        """The handler failed: ``Failures`` releases the message or dead-letters it
+        (the copy is sent from this process, which holds the body)."""
+        self.failures.fail(lease, error, delay)
 
     def forget(self, lease: Lease) -> None:
         remote = _as_remote(lease)
@@ -435,7 +445,10 @@ class ProcessRenewer:
             link = self._link
         if link is not None:
             link.closing = True
-            self._ask(lambda r: ("close", r, release, timeout))
+            final = self._ask(lambda r: ("close", r, release, timeout))
+            if isinstance(final, Stats):
+                with self._registry_lock:
+                    self._last = final  # what it counted, to its close
             link.close(None if timeout is None else timeout + 5.0)
         self._notifier.close()
         _live.discard(self)

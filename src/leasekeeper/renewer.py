@@ -24,6 +24,7 @@ from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError
+from leasekeeper.failures import Failures
 from leasekeeper.lease import Lease, WatchLease
 from leasekeeper.observers import Observer
 from leasekeeper.reasons import LostReason
@@ -76,8 +77,9 @@ class Renewer(Protocol):
         """The process that renews (0 while a renewer process is being replaced)."""
         ...
 
-    def bind(self, on_lost: OnLost | None) -> None:
-        """Where to report lost and abandoned leases from now on."""
+    def bind(self, on_lost: OnLost | None, failures: Failures | None = None) -> None:
+        """Where to report lost and abandoned leases from now on, and (when given) the
+        policy a handler's failure follows (``fail``)."""
         ...
 
     def start(self) -> None: ...
@@ -95,6 +97,10 @@ class Renewer(Protocol):
         ...
 
     def forget(self, lease: Lease) -> None: ...
+
+    def fail(self, lease: Lease, error: BaseException | None, delay: float | None = None) -> None:
+        """The handler failed: release the message, or dead-letter a poison one."""
+        ...
 
     def abandon(self, lease: Lease, reason: str) -> None:
         """Stop renewing: the handler succeeded but its delete keeps failing."""

@@ -27,6 +27,7 @@ from leasekeeper._record import LeaseRecord
 from leasekeeper.backends.base import Message
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.config import LeaseConfig
+from leasekeeper.failures import Failures
 from leasekeeper.lease import Lease, OnLost, WatchLease, not_a_message
 from leasekeeper.observers import Observer
 from leasekeeper.reasons import LostReason
@@ -108,8 +109,10 @@ class ThreadRenewer:
     def pid(self) -> int:
         return os.getpid()
 
-    def bind(self, on_lost: OnLost | None) -> None:
+    def bind(self, on_lost: OnLost | None, failures: Failures | None = None) -> None:
         self._on_lost = on_lost
+        if failures is not None:
+            self._ops.failures = failures
 
     def _tell_lost(self, record: LeaseRecord, reason: LostReason) -> object:
         # Read at each call, so on_lost can be bound after construction. Every record
@@ -155,6 +158,9 @@ class ThreadRenewer:
 
     def forget(self, lease: Lease) -> None:
         self._ops.forget(lease)
+
+    def fail(self, lease: Lease, error: BaseException | None, delay: float | None = None) -> None:
+        self._ops.fail(lease, error, delay)
 
     def abandon(self, lease: Lease, reason: str) -> None:
         self._ops.abandon(lease, reason)

@@ -84,6 +84,10 @@ class Worker:
     ``worker.around_handler``, when set, wraps each ``handler(message)`` call
     (``leasekeeper.otel.instrument(worker)`` sets it to a tracing span).
 
+    ``dead_letter`` (with the config field ``max_receives``): where poison messages
+    go (see ``LeaseManager``). A failed message is released with a delay that grows
+    per receive; each failure is one WARNING line.
+
     ``clock``: the time the worker (and the manager it makes) reads; on a
     ``leasekeeper.testing.ManualClock`` its waits last until the test advances the
     clock. A worker built on a manager uses the manager's clock.
@@ -103,6 +107,7 @@ class Worker:
         prefetch: int | None = None,
         gather: float = 0.05,
         clock: Clock | None = None,
+        dead_letter: Backend | str | None = None,
         **config_fields: Any,
     ) -> None:
         self.intake = Intake(
@@ -118,12 +123,13 @@ class Worker:
             prefetch=prefetch,
             gather=gather,
             clock=clock,
+            dead_letter=dead_letter,
             config_fields=config_fields,
         )
         self.manager: LeaseManager = self.intake.manager
         self.clock: Clock = self.manager.clock
         self.backend: Backend = self.intake.backend
-        self.handler = handler
+        self.handler = self.intake.handler
         self.concurrency = self.intake.concurrency
         self.batch_size = self.intake.batch_size
         self.wait_seconds = self.intake.wait_seconds
@@ -204,6 +210,7 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self._on_signal)
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="leasekeeper-handler")
+        self.manager.failures.announce(self.backend)  # once: where failing messages end
         try:
             self.error = self._drive(receive_loop(self.intake, self, self.clock, until_idle))
         finally:
@@ -303,10 +310,9 @@ class Worker:
         try:
             with around(message) if around is not None else _NO_SCOPE:
                 self.handler(message)
-        except Exception:
-            log.exception("handler failed for message %r; released", message.id)
-            outcome = "failed"
-            future = self._queue_end(lease, release=True)
+        except Exception as exc:
+            # One WARNING (with the traceback), from the failure policy.
+            outcome, future = self.intake.fail(lease, exc)
         else:
             if lease.is_lost:
                 outcome = "lost"

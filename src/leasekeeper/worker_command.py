@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import importlib
 import inspect
 import logging
-import math
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -28,11 +27,21 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any, NoReturn
 
+from leasekeeper._command_options import add_config_flags, add_version_flag, config_from, number
 from leasekeeper.backends.base import Backend
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import LeaseError, ReceiveError
 
-__all__ = ["UsageError", "build_backend", "load_handler", "main", "metrics_server", "parser"]
+__all__ = [
+    "UsageError",
+    "build_backend",
+    "check_handler",
+    "check_queue",
+    "load_handler",
+    "main",
+    "metrics_server",
+    "parser",
+]
 
 PROG = "leasekeeper worker"
 
@@ -44,11 +53,11 @@ renews while the handler runs, so the queue can keep a short visibility timeout
 (a crashed worker's messages come back quickly) and still run long jobs (no
 second worker receives a message that is being handled).
 
-HANDLER is called with one leasekeeper Message (.id, .body, .receive_count). A
-normal return deletes the message; an exception releases it (visible again
-after --release-delay); a lease lost meanwhile deletes nothing. A plain function
-runs on a Worker, --concurrency threads; an "async def" function on an
-AsyncWorker, --concurrency coroutines on one event loop whose renewals and
+HANDLER is called with one leasekeeper Message (.id, .body, .receive_count).
+A normal return deletes the message; an exception releases it (visible again
+after --release-delay); a lease lost meanwhile deletes nothing. A plain
+function runs on a Worker, --concurrency threads; an "async def" function on
+an AsyncWorker, --concurrency coroutines on one event loop whose renewals and
 service calls run off the loop.
 
 The worker runs until SIGTERM or SIGINT (Ctrl-C): it stops receiving, lets the
@@ -59,26 +68,33 @@ wait. Every --status-every seconds it writes one status line to stderr."""
 
 EPILOG = """\
 environment:
-  SQS (--sqs)      boto3's credential chain and settings: AWS_ACCESS_KEY_ID,
-                   AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE,
-                   AWS_REGION or AWS_DEFAULT_REGION (read from the queue URL when
-                   it is an amazonaws.com one), AWS_ENDPOINT_URL_SQS (a local or
-                   private endpoint).
-  MNS (--mns)      MNS_ACCESS_KEY_ID, MNS_ACCESS_KEY_SECRET, and MNS_SECURITY_TOKEN
-                   for temporary credentials.
-  Azure (--azure)  AZURE_STORAGE_CONNECTION_STRING; or AZURE_STORAGE_ACCOUNT_URL
-                   with AZURE_STORAGE_SAS_TOKEN or AZURE_STORAGE_ACCOUNT_KEY, or
-                   with azure-identity's DefaultAzureCredential when neither is set.
+  SQS (--sqs)      AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY
+                   (AWS_SESSION_TOKEN for temporary credentials), or
+                   AWS_PROFILE, or boto3's other sources (config files, an
+                   instance or task role). The region: --region, else the one
+                   in an amazonaws.com queue URL, else AWS_REGION, else
+                   AWS_DEFAULT_REGION, else the config files. The endpoint:
+                   --endpoint-url, else AWS_ENDPOINT_URL_SQS, else
+                   AWS_ENDPOINT_URL.
+  MNS (--mns)      MNS_ACCESS_KEY_ID, MNS_ACCESS_KEY_SECRET, and
+                   MNS_SECURITY_TOKEN for temporary credentials.
+  Azure (--azure)  AZURE_STORAGE_CONNECTION_STRING; or
+                   AZURE_STORAGE_ACCOUNT_URL with AZURE_STORAGE_SAS_TOKEN or
+                   AZURE_STORAGE_ACCOUNT_KEY, or with azure-identity's
+                   DefaultAzureCredential when neither is set.
+  --queue URL      the variables of the URL's service, as above (redis://: the
+                   URL's password, or REDIS_PASSWORD).
   With --renewer process the renewer process reads the same variables.
   Credentials are never logged or shown.
 
 exit status:
   0  stopped by SIGTERM/SIGINT (or --until-idle) after a graceful shutdown
-  1  stopped because the queue refused for good (it does not exist, the
-     credentials were refused): running handlers were let finish first
-  2  a usage error, before anything was received: a bad flag or value, a
-     handler that cannot be imported, a missing SDK, a queue that cannot be
-     configured
+  1  stopped because the queue refused for good while the worker ran (it was
+     deleted, the credentials were revoked): running handlers were let finish
+  2  a usage error, found before anything is received: a bad flag or value, a
+     handler that cannot be imported or cannot take one message, a missing SDK,
+     missing credentials, a queue that does not exist or refuses the
+     credentials
 
 example:
   # jobs.py:  def handle(message): process(message.body)
@@ -101,77 +117,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Flags wrapped to the terminal (at most 88 columns, at least 60); the
+    description and epilog are written to fit 80 columns as they stand."""
+
     def __init__(self, prog: str) -> None:
-        super().__init__(prog, max_help_position=28, width=88)
+        columns = shutil.get_terminal_size((88, 24)).columns - 1
+        super().__init__(prog, max_help_position=28, width=max(60, min(88, columns)))
 
 
 # ------------------------------------------------------------------ the parser
+#
+# One function per group of flags; parser() calls them in order. A new flag goes in
+# its group's function, with a type from _command_options.number() when it is a
+# number (so a bad value gets the message every number gets); main() reads it.
 
 
-def _number(kind: type[int] | type[float], low: float, *, inclusive: bool = True) -> Any:
-    """An argparse type: a number of ``kind`` at least (or above) ``low``."""
-
-    def parse(text: str) -> int | float:
-        try:
-            value = kind(text)
-        except ValueError:
-            noun = "an integer" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"not {noun}: {text!r}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
-        if value < low or (value == low and not inclusive):
-            raise argparse.ArgumentTypeError(f"must be {'>=' if inclusive else '>'} {low:g}")
-        return value
-
-    return parse
-
-
-def config_field_help() -> dict[str, str]:
-    """Each LeaseConfig field's description, from its docstring (one source of truth)."""
-    doc = inspect.cleandoc(LeaseConfig.__doc__ or "")
-    names = {f.name for f in dataclasses.fields(LeaseConfig)}
-    out: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in doc.splitlines():
-        if line.strip() in names and not line.startswith(" "):
-            current = out.setdefault(line.strip(), [])
-        elif current is not None and line.startswith(" "):
-            current.append(line.strip())
-        elif not line.strip():
-            continue
-        else:
-            current = None
-    return {
-        name: " ".join(words)
-        .replace("``None`` derives", "Unset, it is")
-        .replace("``None``", "Unset")
-        .replace("``", "")
-        for name, words in out.items()
-    }
-
-
-# The LeaseConfig fields that are not seconds or counts.
-_METAVARS = {"release_backoff": "FACTOR"}
-
-
-def parser() -> argparse.ArgumentParser:
-    """The parser of ``leasekeeper worker``."""
-    p = _Parser(
-        prog=PROG,
-        usage=(
-            f"{PROG} MODULE:HANDLER (--sqs QUEUE_URL | --mns ENDPOINT QUEUE | "
-            "--azure QUEUE) [options]"
-        ),
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=_Formatter,
-    )
-    p.add_argument(
-        "handler",
-        metavar="MODULE:HANDLER",
-        help="the handler: a module importable from the current directory or PYTHONPATH, "
-        "a colon, and the name of a callable in it (jobs:handle, or jobs:Jobs.handle)",
-    )
+def queue_flags(p: argparse.ArgumentParser) -> None:
     queue = p.add_argument_group("queue (exactly one)").add_mutually_exclusive_group(required=True)
     queue.add_argument("--sqs", metavar="QUEUE_URL", help="an Amazon SQS queue, by its URL")
     queue.add_argument(
@@ -182,25 +143,49 @@ def parser() -> argparse.ArgumentParser:
         "and the queue name",
     )
     queue.add_argument("--azure", metavar="QUEUE", help="an Azure Storage queue, by its name")
+    queue.add_argument(
+        "--queue",
+        metavar="URL",
+        help="any queue by URL, as leasekeeper.connect takes it: https://sqs.REGION."
+        "amazonaws.com/ACCOUNT/NAME, sqs://NAME, mns://HOST/QUEUE, azure://ACCOUNT/QUEUE, "
+        "redis://HOST:PORT/DB?stream=S&group=G, or an installed plug-in's scheme",
+    )
 
+
+def sqs_flags(p: argparse.ArgumentParser) -> None:
+    sqs = p.add_argument_group("SQS")
+    sqs.add_argument(
+        "--region",
+        help="the queue's AWS region (default: the region in an amazonaws.com queue URL, "
+        "else AWS_REGION, else AWS_DEFAULT_REGION, else the AWS configuration files)",
+    )
+    sqs.add_argument(
+        "--endpoint-url",
+        metavar="URL",
+        help="the SQS endpoint, for a local or private one (default: AWS_ENDPOINT_URL_SQS, "
+        "else AWS_ENDPOINT_URL, else AWS's own)",
+    )
+
+
+def worker_flags(p: argparse.ArgumentParser) -> None:
     run = p.add_argument_group("worker")
     run.add_argument(
         "--concurrency",
-        type=_number(int, 1),
+        type=number(int, 1),
         metavar="N",
         help="messages handled at once (default: 4 threads for a plain function, "
         "16 coroutines for an async one)",
     )
     run.add_argument(
         "--batch-size",
-        type=_number(int, 1),
+        type=number(int, 1),
         default=10,
         metavar="N",
         help="at most this many messages a receive call (default: 10, the most SQS allows)",
     )
     run.add_argument(
         "--wait-seconds",
-        type=_number(float, 0),
+        type=number(float, 0),
         default=1.0,
         metavar="S",
         help="a receive's long-poll wait (default: 1); longer waits make fewer calls on an "
@@ -208,7 +193,7 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--shutdown-timeout",
-        type=_number(float, 0),
+        type=number(float, 0),
         default=30.0,
         metavar="S",
         help="how long a shutdown waits for running handlers before it releases their "
@@ -216,7 +201,7 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--until-idle",
-        type=_number(float, 0, inclusive=False),
+        type=number(float, 0, inclusive=False),
         metavar="S",
         help="exit 0 once nothing was received and nothing ran for S seconds "
         "(default: run until a signal)",
@@ -230,25 +215,29 @@ def parser() -> argparse.ArgumentParser:
         "worker's messages at once if it is killed",
     )
 
-    lease = p.add_argument_group(
-        "lease settings (the LeaseConfig fields; seconds unless said otherwise)"
-    )
-    descriptions = config_field_help()
-    for field in dataclasses.fields(LeaseConfig):
-        kind: type[int] | type[float] = int if field.type in ("int", int) else float
-        default = field.default
-        if default is None:
-            shown = "derived" if field.name == "extend_threshold" else "unset"
-        else:
-            shown = f"{default:g}"
-        lease.add_argument(
-            "--" + field.name.replace("_", "-"),
-            dest=field.name,
-            type=_number(kind, 0),
-            metavar=_METAVARS.get(field.name, "N" if kind is int else "S"),
-            help=f"{descriptions.get(field.name, '')} (default: {shown})",
-        )
 
+def failure_flags(p: argparse.ArgumentParser) -> None:
+    dead = p.add_argument_group("poison messages")
+    dead.add_argument(
+        "--dead-letter",
+        metavar="URL|NAME",
+        help="where a message goes once it failed --max-receives times (default 5 with "
+        "this flag): copied there, then deleted from its queue. A queue URL, or the name "
+        "of a queue on the same service (on Azure, 'poison' is <queue>-poison, created "
+        "if missing). Without it, failing messages are retried with growing delays, and "
+        "left to the queue's own redrive policy if it has one",
+    )
+
+
+def lease_flags(p: argparse.ArgumentParser) -> None:
+    add_config_flags(
+        p.add_argument_group(
+            "lease settings (the LeaseConfig fields; seconds unless said otherwise)"
+        )
+    )
+
+
+def output_flags(p: argparse.ArgumentParser) -> None:
     out = p.add_argument_group("output")
     out.add_argument(
         "--log-level",
@@ -258,7 +247,7 @@ def parser() -> argparse.ArgumentParser:
     )
     out.add_argument(
         "--status-every",
-        type=_number(float, 0),
+        type=number(float, 0),
         default=30.0,
         metavar="S",
         help="write a status line to stderr every S seconds: messages in flight, done, "
@@ -266,7 +255,7 @@ def parser() -> argparse.ArgumentParser:
     )
     out.add_argument(
         "--metrics-port",
-        type=_number(int, 1),
+        type=number(int, 1),
         metavar="PORT",
         help="serve Prometheus metrics at http://ADDR:PORT/metrics (needs leasekeeper[prometheus])",
     )
@@ -277,6 +266,41 @@ def parser() -> argparse.ArgumentParser:
         help="the address --metrics-port binds (default: 127.0.0.1, this machine only; "
         "0.0.0.0 for a scraper in another container or host)",
     )
+
+
+FLAG_GROUPS: tuple[Callable[[argparse.ArgumentParser], None], ...] = (
+    queue_flags,
+    sqs_flags,
+    worker_flags,
+    lease_flags,
+    failure_flags,
+    output_flags,
+)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The parser of ``leasekeeper worker``."""
+    p = _Parser(
+        prog=PROG,
+        usage=(
+            f"{PROG} MODULE:HANDLER\n"
+            "         (--queue URL | --sqs QUEUE_URL | --mns ENDPOINT QUEUE | --azure QUEUE)\n"
+            "         [options]"
+        ),
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=_Formatter,
+    )
+    add_version_flag(p)
+    p.add_argument(
+        "handler",
+        metavar="MODULE:HANDLER",
+        help="the handler: a module importable from the current directory or PYTHONPATH, "
+        "a colon, and the name of a callable in it (jobs:handle, or jobs:Jobs.handle) "
+        "that takes one message",
+    )
+    for add_flags in FLAG_GROUPS:
+        add_flags(p)
     return p
 
 
@@ -311,18 +335,79 @@ def load_handler(path: str) -> Callable[..., object]:
     return handler  # type: ignore[no-any-return]
 
 
+def check_handler(handler: Callable[..., object], path: str) -> None:
+    """Refuse a handler that cannot be called with one message, before anything is
+    received (rather than failing every message)."""
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):  # no signature to read (some builtins): let it run
+        return
+    try:
+        signature.bind(object())
+    except TypeError as exc:
+        raise UsageError(
+            f"the handler {path!r} cannot be called with one message: it takes {signature} "
+            f"({exc}); give it one parameter for the message: def handle(message)"
+        ) from None
+
+
 _AWS_HOST = re.compile(r"^(?:https?://)?sqs[.-]([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?(?:/|$)")
+
+SQS_CREDENTIALS = (
+    "--sqs found no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+    "(and AWS_SESSION_TOKEN for temporary ones), or AWS_PROFILE for a profile of "
+    "~/.aws/credentials"
+)
+SQS_NO_REGION = (
+    "--sqs found no AWS region: pass --region, or set AWS_REGION (or AWS_DEFAULT_REGION)"
+)
+
+
+def sqs_region(args: argparse.Namespace) -> str | None:
+    """--region, else the region an amazonaws.com URL names (the queue lives there,
+    whatever the environment says), else AWS_REGION, else AWS_DEFAULT_REGION; None
+    leaves it to the AWS configuration files."""
+    if args.region:
+        return str(args.region)
+    match = _AWS_HOST.match(args.sqs)
+    if match:
+        return match.group(1)
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
+def sqs_endpoint(args: argparse.Namespace) -> str | None:
+    """--endpoint-url, else AWS_ENDPOINT_URL_SQS, else AWS_ENDPOINT_URL."""
+    endpoint = (
+        args.endpoint_url
+        or os.environ.get("AWS_ENDPOINT_URL_SQS")
+        or os.environ.get("AWS_ENDPOINT_URL")
+    )
+    return str(endpoint) if endpoint else None
+
+
+def _sqs_spec(args: argparse.Namespace) -> Any:
+    from leasekeeper.backends.sqs import SQSSpec
+
+    # Imported after the backend's module, whose ImportError names the extra to install.
+    boto3 = importlib.import_module("boto3")
+    session = boto3.session.Session(region_name=sqs_region(args))
+    if session.region_name is None:
+        raise UsageError(SQS_NO_REGION)
+    if session.get_credentials() is None:
+        raise UsageError(SQS_CREDENTIALS)
+    return SQSSpec(args.sqs, region=session.region_name, endpoint_url=sqs_endpoint(args))
 
 
 def build_backend(args: argparse.Namespace) -> Backend:
     """The backend the queue flags name, from its spec (credentials from the
-    environment)."""
+    environment): a missing credential or region is a UsageError naming what to set."""
     try:
-        if args.sqs is not None:
-            from leasekeeper.backends.sqs import SQSSpec
+        if getattr(args, "queue", None) is not None:
+            from leasekeeper.backends.registry import connect
 
-            match = _AWS_HOST.match(args.sqs)
-            spec: Any = SQSSpec(args.sqs, region=match.group(1) if match else None)
+            return connect(args.queue)
+        if args.sqs is not None:
+            spec: Any = _sqs_spec(args)
         elif args.mns is not None:
             from leasekeeper.backends.mns import MNSSpec
 
@@ -343,6 +428,45 @@ def build_backend(args: argparse.Namespace) -> Backend:
     except Exception as exc:
         raise UsageError(f"cannot set up the queue: {_one_line(exc)}") from exc
     return backend
+
+
+QUEUE_HINTS = {
+    "sqs": "check the queue URL, the region (--region, AWS_REGION) and the credentials",
+    "mns": "check the endpoint, the queue name, MNS_ACCESS_KEY_ID and MNS_ACCESS_KEY_SECRET",
+    "azure": "check the queue name and the storage account's credentials",
+}
+
+
+def check_queue(args: argparse.Namespace, backend: Backend) -> None:
+    """Ask the service about the queue once, before the first receive: a queue that
+    does not exist, or credentials it refuses, are a UsageError; a service that
+    cannot be reached just now is left to the worker, which retries."""
+    kind = "sqs" if args.sqs is not None else "mns" if args.mns is not None else "azure"
+    try:
+        read_queue(backend)
+    except ReceiveError as exc:
+        if exc.retryable:
+            logging.getLogger("leasekeeper.worker").warning(
+                "the queue cannot be reached yet (%s); the worker keeps trying", exc
+            )
+            return
+        where = {"sqs": args.sqs, "mns": " ".join(args.mns or ()), "azure": args.azure}[kind]
+        raise UsageError(
+            f"the queue {where} cannot be used: {_one_line(exc)} ({QUEUE_HINTS[kind]})"
+        ) from exc
+
+
+def read_queue(backend: Any) -> None:
+    """One read of the queue's attributes, failing as a receive would (ReceiveError)."""
+    if hasattr(backend, "queue_visibility_timeout"):  # SQS, MNS
+        backend.queue_visibility_timeout()
+        return
+    client = getattr(backend, "queue_client", None)
+    if client is not None:  # Azure
+        try:
+            client.get_queue_properties()
+        except Exception as exc:
+            raise backend.receive_error(exc, "GetQueueProperties") from exc
 
 
 AZURE_ELSE = (
@@ -433,6 +557,9 @@ class StatusLine:
 # ------------------------------------------------------------------ running
 
 
+SDK_LOGGERS = ("boto3", "botocore", "urllib3", "azure", "mns")
+
+
 def _fail(message: str) -> int:
     sys.stderr.write(f"{PROG}: error: {message}\n")
     return EXIT_USAGE
@@ -446,6 +573,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if args.log_level != "debug":  # the SDKs' chatter ("Found credentials in ...")
+        for sdk in SDK_LOGGERS:
+            logging.getLogger(sdk).setLevel(logging.WARNING)
     # A signal before the worker runs (while importing the handler, say) ends the
     # command as quietly as one while it runs.
     early: list[int] = []
@@ -456,16 +586,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = {sig: signal.signal(sig, noted) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         try:
+            # Everything that can be found out before the first receive, is.
             serve_metrics = metrics_server() if args.metrics_port is not None else None
             handler = load_handler(args.handler)
-            config = LeaseConfig(
-                **{
-                    f.name: getattr(args, f.name)
-                    for f in dataclasses.fields(LeaseConfig)
-                    if getattr(args, f.name) is not None
-                }
-            )
+            check_handler(handler, args.handler)
+            config = config_from(args)
             backend = build_backend(args)
+            check_queue(args, backend)
             is_async = _is_async(handler)
             worker = _make_worker(args, backend, handler, config, is_async=is_async)
         except (UsageError, LeaseError) as exc:
@@ -490,6 +617,7 @@ def _make_worker(
         "shutdown_timeout": args.shutdown_timeout,
         "config": config,
         "renewer": args.renewer,
+        "dead_letter": args.dead_letter,
     }
     if args.concurrency is not None:
         common["concurrency"] = args.concurrency

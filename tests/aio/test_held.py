@@ -188,7 +188,7 @@ def test_without_cancel_on_lost_the_body_runs_on_and_decides(
 
 
 def test_a_cancelled_body_releases_its_message_and_stays_cancelled(
-    queue: MemoryQueue, make_manager: Any
+    clock: ManualClock, queue: MemoryQueue, make_manager: Any
 ) -> None:
     queue.send("job")
     manager = make_manager(queue)
@@ -211,6 +211,7 @@ def test_a_cancelled_body_releases_its_message_and_stays_cancelled(
 
     run(main())
     assert holder[0].state is LeaseState.RELEASED and not holder[0].is_lost
+    clock.advance(1.3)  # the first failure's delay: 1 s, jittered by up to 20 %
     assert queue.visible_count() == 1 and queue.deleted_ids == []
 
 

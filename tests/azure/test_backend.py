@@ -311,3 +311,31 @@ def test_calls_after_close_use_new_clients(
     [outcome] = backend.extend([Handle(message.id, outcome.receipt or "")], 10)
     assert outcome.kind == "ok"
     assert backend.delete([Handle(message.id, outcome.receipt or "")])[0].kind == "ok"
+
+
+# ---------------------------------------------------------------- dead letters and caps
+
+
+def test_the_poison_queue_is_made_once_and_shares_the_credential(
+    azurite: str, backend: AzureQueueBackend
+) -> None:
+    poison = backend.poison_queue()
+    assert poison.queue_name == f"{backend.queue_name}-poison"
+    assert backend.poison_queue().queue_name == poison.queue_name  # there already: kept
+    sent = poison.send("failed too often")
+    [message] = poison.receive(visibility_timeout=30)
+    assert (message.id, message.body) == (sent, "failed too often")
+    assert backend.receive(visibility_timeout=30) == []  # the source queue is apart
+    assert poison.delete([message.handle])[0].kind == "ok"
+    QueueClient.from_connection_string(azurite, poison.queue_name).delete_queue()
+
+
+def test_an_overridden_max_lease_age_caps_a_lease_before_the_expiry(
+    queue_client: QueueClient,
+) -> None:
+    backend = AzureQueueBackend(queue_client, max_lease_age=100)
+    queue_client.send_message("job", time_to_live=3600)
+    [message] = backend.receive(visibility_timeout=30)
+    assert message.hard_deadline == message.received_at + 100 - 2  # min(60 s, 2 %)
+    with pytest.raises(ValueError, match="attributes"):
+        backend.send("x", {"a": "b"})  # Azure messages carry none

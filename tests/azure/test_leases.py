@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from azure.storage.queue import QueueClient
 
-from leasekeeper import Lease, LeaseManager, LeaseState
+from leasekeeper import Lease, LeaseManager, LeaseState, LostReason
 from leasekeeper.backends.azure import AzureQueueBackend
 
 pytestmark = [pytest.mark.realtime, pytest.mark.slow]
@@ -102,10 +102,10 @@ def test_message_whose_ttl_ends_during_processing_is_capped(
     queue_client.send_message("short-lived", time_to_live=6)
     [message] = backend.receive(visibility_timeout=2)
     assert message.hard_deadline is not None
-    reasons: list[tuple[Lease, str]] = []
+    reasons: list[tuple[Lease, LostReason]] = []
     called = threading.Event()
 
-    def on_lost(lease: Lease, reason: str) -> None:
+    def on_lost(lease: Lease, reason: LostReason) -> None:
         reasons.append((lease, reason))
         called.set()
 
@@ -118,7 +118,7 @@ def test_message_whose_ttl_ends_during_processing_is_capped(
         # capped by the manager's own hard_deadline (from expires_on), before any call
         # the service would have accepted anyway: Azurite lets visibility pass the expiry
         assert "expires_on" not in lease.reason and "expired" not in lease.reason
-        assert reasons == [(lease, lease.reason)]
+        assert reasons == [(lease, LostReason.CAPPED)]  # on_lost hears the reason's name
         assert manager.stats().capped == 1
         assert manager.stats().extend_errors == 0
         # the manager stopped before the expiry: the last extend never passed it
@@ -178,3 +178,33 @@ def test_fifty_parallel_extends_all_succeed(
     assert len(owners) > 1  # extends really ran on several threads, each with its own client
     assert _gone(queue_client)
     backend.close()
+
+
+def test_dead_letter_poison_is_azures_queue_name_poison(
+    backend: AzureQueueBackend, queue_client: QueueClient, queue_name: str, azurite: str
+) -> None:
+    """Azure's convention (Azure Functions'): failed messages go to <queue>-poison,
+    created if missing."""
+    queue_client.send_message("poison")
+    with LeaseManager(
+        backend,
+        dead_letter="poison",
+        max_receives=2,
+        release_delay=0,
+        **TIMING,  # type: ignore[arg-type]
+    ) as manager:
+        for _ in range(2):
+            held: list[Lease] = []
+            for _ in range(20):
+                held = held or manager.receive(wait_seconds=0.5)
+            with pytest.raises(RuntimeError), held[0]:
+                raise RuntimeError("fails")
+        assert manager.stats().dead_lettered == 1
+    poison = QueueClient.from_connection_string(azurite, f"{queue_name}-poison")
+    try:
+        (copy,) = list(poison.receive_messages())
+        assert copy.content == "poison"
+    finally:
+        poison.delete_queue()
+        poison.close()
+    assert list(queue_client.peek_messages()) == []  # deleted from its own queue

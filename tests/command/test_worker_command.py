@@ -9,8 +9,10 @@ and exit code 2.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,6 +46,12 @@ JOBS = textwrap.dedent(
         await asyncio.sleep(3)
         _say("done", message)
 
+    def quick(message):
+        _say("did", message)
+
+    def two_args(message, context):
+        pass
+
     VALUE = 42
     """
 )
@@ -69,7 +77,8 @@ def queue_url(moto_endpoint: str) -> Iterator[str]:
         QueueName=f"cmd-{uuid.uuid4().hex[:12]}", Attributes={"VisibilityTimeout": "2"}
     )["QueueUrl"]
     yield url
-    admin.delete_queue(QueueUrl=url)
+    with contextlib.suppress(admin.exceptions.QueueDoesNotExist):  # a test deleted it
+        admin.delete_queue(QueueUrl=url)
 
 
 def env_for(moto_endpoint: str, **extra: str) -> dict[str, str]:
@@ -81,6 +90,21 @@ def env_for(moto_endpoint: str, **extra: str) -> dict[str, str]:
 
 def command(*args: str) -> list[str]:
     return [sys.executable, "-m", "leasekeeper", "worker", *args]
+
+
+def run_command(
+    moto_endpoint: str, workdir: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``leasekeeper worker ARGS`` to its end."""
+    return subprocess.run(
+        command(*args),
+        cwd=workdir,
+        env=env_for(moto_endpoint) if env is None else env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 class Spy:
@@ -200,19 +224,39 @@ def test_until_idle_drains_and_exits_0(moto_endpoint: str, queue_url: str, workd
 
 
 @pytest.mark.realtime
-def test_a_queue_that_refuses_for_good_exits_1(moto_endpoint: str, workdir: Path) -> None:
-    missing = f"{moto_endpoint}/123456789012/no-such-queue-{uuid.uuid4().hex[:8]}"
-    result = subprocess.run(
-        command("jobs:handle", "--sqs", missing, "--status-every", "0"),
+def test_a_queue_deleted_while_the_worker_runs_exits_1(
+    moto_endpoint: str, queue_url: str, workdir: Path
+) -> None:
+    client = make_client(moto_endpoint)
+    client.send_message(QueueUrl=queue_url, MessageBody="first")
+    proc = subprocess.Popen(
+        command("jobs:quick", "--sqs", queue_url, "--status-every", "0"),
         cwd=workdir,
         env=env_for(moto_endpoint),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
-        check=False,
     )
-    assert result.returncode == 1
-    assert "leasekeeper worker: stopped: the queue refused for good" in result.stderr
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().split() == ["did", "first"]  # it runs
+        client.delete_queue(QueueUrl=queue_url)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, err
+    assert "leasekeeper worker: stopped: the queue refused for good" in err
+
+
+def test_an_unknown_queue_exits_2_before_any_receive(moto_endpoint: str, workdir: Path) -> None:
+    missing = f"{moto_endpoint}/123456789012/no-such-queue-{uuid.uuid4().hex[:8]}"
+    result = run_command(moto_endpoint, workdir, "jobs:handle", "--sqs", missing)
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"leasekeeper worker: error: the queue {missing} cannot be used: ")
+    assert "QueueDoesNotExist" in line and "check the queue URL, the region" in line
 
 
 # ------------------------------------------------------------------ errors: exit 2, one line
@@ -227,7 +271,7 @@ def shadow_boto3(tmp_path: Path) -> str:
 
 
 BAD = {
-    "no queue": (["jobs:handle"], "one of the arguments --sqs --mns --azure is required"),
+    "no queue": (["jobs:handle"], "one of the arguments --sqs --mns --azure --queue is required"),
     "two queues": (
         ["jobs:handle", "--sqs", "http://q", "--azure", "q"],
         "not allowed with argument",
@@ -235,15 +279,15 @@ BAD = {
     "unknown flag": (["jobs:handle", "--sqs", "http://q", "--bogus"], "unrecognized arguments"),
     "not a number": (
         ["jobs:handle", "--sqs", "http://q", "--visibility-timeout", "soon"],
-        "argument --visibility-timeout: not a number: 'soon'",
+        "argument --visibility-timeout: expected a number > 0, got 'soon'",
     ),
     "not an integer": (
         ["jobs:handle", "--sqs", "http://q", "--concurrency", "2.5"],
-        "argument --concurrency: not an integer",
+        "argument --concurrency: expected an integer >= 1, got '2.5'",
     ),
     "bad config": (
         ["jobs:handle", "--sqs", "http://q", "--visibility-timeout", "2"],
-        "visibility_timeout (2) must exceed timer_interval (1) + minimal_life (2)",
+        "--visibility-timeout (2) must exceed --timer-interval (1) + --minimal-life (2)",
     ),
     "bad renewer": (
         ["jobs:handle", "--sqs", "http://q", "--renewer", "fork"],
@@ -253,6 +297,19 @@ BAD = {
     "no module": (["nosuch:handle", "--sqs", "http://q"], "no module named 'nosuch'"),
     "no attribute": (["jobs:nosuch", "--sqs", "http://q"], "module 'jobs' has no 'nosuch'"),
     "not callable": (["jobs:VALUE", "--sqs", "http://q"], "'jobs:VALUE' is a int, not a callable"),
+    "negative concurrency": (
+        ["jobs:handle", "--sqs", "http://q", "--concurrency", "-5"],
+        "argument --concurrency: expected an integer >= 1, got '-5'",
+    ),
+    "zero concurrency": (
+        ["jobs:handle", "--sqs", "http://q", "--concurrency", "0"],
+        "argument --concurrency: expected an integer >= 1, got '0'",
+    ),
+    "two parameters": (
+        ["jobs:two_args", "--sqs", "http://q"],
+        "the handler 'jobs:two_args' cannot be called with one message: it takes "
+        "(message, context) (missing a required argument: 'context'); give it one parameter",
+    ),
     "import fails": (
         ["broken:handle", "--sqs", "http://q"],
         "importing 'broken' failed: RuntimeError: broken at import",
@@ -360,7 +417,7 @@ def test_metrics_port_is_checked_first(moto_endpoint: str, queue_url: str, workd
         timeout=60,
         check=False,
     )
-    assert result.returncode == 2 and "must be >= 1" in result.stderr
+    assert result.returncode == 2 and "expected an integer >= 1, got '0'" in result.stderr
 
 
 def test_metrics_port_without_the_extra_says_what_it_needs(
@@ -409,7 +466,7 @@ def test_help_reads_like_a_man_page() -> None:
     lines = text.splitlines()
     for field in dataclasses.fields(LeaseConfig):
         flag = "--" + field.name.replace("_", "-")
-        (at,) = [i for i, line in enumerate(lines) if line.strip().startswith(flag + " ")]
+        (at,) = [i for i, line in enumerate(lines) if line.startswith(f"  {flag} ")]
         explained = " ".join(lines[at : at + 2]).split(flag, 1)[1]
         assert len(explained.split()) > 4, f"{flag} is not explained"
 
@@ -426,11 +483,11 @@ def test_leasekeeper_help_lists_the_worker_command() -> None:
 
 
 @pytest.mark.realtime
-def test_refused_credentials_exit_1_and_are_never_shown(
+def test_refused_credentials_exit_2_and_are_never_shown(
     moto_endpoint: str, mns_server: Any, workdir: Path
 ) -> None:
-    """A secret that the service refuses stops the command (exit 1) without ever
-    showing it, even at debug level."""
+    """A secret that the service refuses stops the command before anything is
+    received (exit 2, one line) without ever showing it, even at debug level."""
     name = f"cmd-{uuid.uuid4().hex[:12]}"
     mns_server.create_queue(name)
     secret = "s3cr3t-" + uuid.uuid4().hex
@@ -444,6 +501,251 @@ def test_refused_credentials_exit_1_and_are_never_shown(
         timeout=60,
         check=False,
     )
-    assert result.returncode == 1, result.stderr
-    assert "leasekeeper worker: stopped: the queue refused for good" in result.stderr
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert (
+        len(errors) == 1 and f"the queue {mns_server.endpoint} {name} cannot be used" in errors[0]
+    )
+    assert "MNS_ACCESS_KEY_ID" in errors[0]
     assert secret not in result.stdout + result.stderr
+
+
+# ------------------------------------------------------------------ SQS: credentials, region
+
+
+def without_aws_settings(moto_endpoint: str, **extra: str) -> dict[str, str]:
+    """The environment of a machine with no AWS credentials, region or endpoint set."""
+    env = env_for(moto_endpoint)
+    for name in list(env):
+        if name.startswith("AWS_"):
+            del env[name]
+    return {
+        **env,
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        **extra,
+    }
+
+
+def test_no_credentials_exit_2_naming_the_variables(
+    moto_endpoint: str, queue_url: str, workdir: Path
+) -> None:
+    env = without_aws_settings(moto_endpoint, AWS_REGION="us-east-1")
+    result = run_command(moto_endpoint, workdir, "jobs:handle", "--sqs", queue_url, env=env)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "leasekeeper worker: error: --sqs found no AWS credentials: set AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), or AWS_PROFILE for "
+        "a profile of ~/.aws/credentials"
+    ]
+
+
+@pytest.mark.realtime
+def test_aws_region_and_endpoint_url_are_honoured(moto_endpoint: str, workdir: Path) -> None:
+    """The queue exists in eu-west-1 only; AWS_DEFAULT_REGION says us-east-1, and the
+    endpoint comes from --endpoint-url alone."""
+    eu = boto3_client(moto_endpoint, "eu-west-1")
+    url = eu.create_queue(QueueName=f"cmd-eu-{uuid.uuid4().hex[:12]}")["QueueUrl"]
+    try:
+        eu.send_message(QueueUrl=url, MessageBody="in-eu")
+        env = without_aws_settings(
+            moto_endpoint,
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_REGION="eu-west-1",
+            AWS_DEFAULT_REGION="us-east-1",
+        )
+        result = run_command(
+            moto_endpoint, workdir, "jobs:quick", "--sqs", url, "--endpoint-url", moto_endpoint,
+            "--until-idle", "0.5", "--status-every", "0", env=env,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == ["did", "in-eu"]
+    finally:
+        eu.delete_queue(QueueUrl=url)
+
+
+def boto3_client(endpoint: str, region: str) -> Any:
+    import boto3
+
+    return boto3.client(
+        "sqs",
+        endpoint_url=endpoint,
+        region_name=region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "environment", "region"),
+    [
+        (["--region", "ap-south-1"], {"AWS_REGION": "eu-west-1"}, "ap-south-1"),
+        ([], {"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "us-east-1"}, "eu-west-1"),
+        ([], {"AWS_DEFAULT_REGION": "us-east-2"}, "us-east-2"),
+        ([], {}, None),  # the AWS configuration files decide
+    ],
+)
+def test_the_region_comes_from_the_flag_then_aws_region_then_aws_default_region(
+    monkeypatch: pytest.MonkeyPatch, flags: list[str], environment: dict[str, str], region: Any
+) -> None:
+    from leasekeeper.worker_command import parser, sqs_region
+
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    args = parser().parse_args(["jobs:handle", "--sqs", "http://127.0.0.1:9/1/q", *flags])
+    assert sqs_region(args) == region
+    aws = parser().parse_args(["j:h", "--sqs", "https://sqs.sa-east-1.amazonaws.com/1/q"])
+    assert sqs_region(aws) == "sa-east-1"  # the queue lives where its URL says
+
+
+# ------------------------------------------------------------------ numbers, --version
+
+
+def test_every_bad_number_gets_the_same_message(capsys: pytest.CaptureFixture[str]) -> None:
+    from leasekeeper.worker_command import main
+
+    for flag in ("--concurrency", "--batch-size", "--metrics-port", "--max-concurrency"):
+        for bad in ("-5", "0", "2.5", "many", "1e999"):
+            with pytest.raises(SystemExit) as exited:
+                main(["jobs:handle", "--sqs", "http://q", flag, bad])
+            assert exited.value.code == 2
+            [line] = capsys.readouterr().err.splitlines()
+            assert f"argument {flag}: expected an integer >= 1, got '{bad}'" in line
+    for flag in ("--visibility-timeout", "--timer-interval", "--until-idle"):
+        for bad in ("-5", "0", "nan", "inf", "soon"):
+            with pytest.raises(SystemExit):
+                main(["jobs:handle", "--sqs", "http://q", flag, bad])
+            assert f"argument {flag}: expected a number > 0, got '{bad}'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["jobs:handle", "--sqs", "http://q", "--extend-threshold", "soon"])
+    assert "expected a number > 0 or 'auto', got 'soon'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["--version"], ["worker", "--version"]])
+def test_version(args: list[str]) -> None:
+    from leasekeeper import __version__
+
+    result = subprocess.run(
+        [sys.executable, "-m", "leasekeeper", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (0, f"leasekeeper {__version__}\n")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["worker", "--help"], ["config", "--help"]])
+def test_help_is_plain_text_for_a_terminal(args: list[str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "leasekeeper", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    assert result.returncode == 0
+    for markup in ("``", ":class:", ":func:", ":meth:", "`_"):
+        assert markup not in result.stdout
+    assert not re.search(r"^\s*\.\. \w+::", result.stdout, re.MULTILINE)  # no directives
+    assert max(len(line) for line in result.stdout.splitlines()) < 80  # an 80-column terminal
+
+
+def test_no_region_anywhere_is_a_usage_error_naming_the_ways_to_give_one(
+    monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
+) -> None:
+    from leasekeeper.worker_command import UsageError, build_backend, parser
+
+    for name, value in without_aws_settings(moto_endpoint).items():
+        monkeypatch.setenv(name, value)
+    for name in [n for n in os.environ if n.startswith("AWS_") and n not in ("AWS_CONFIG_FILE",
+                 "AWS_SHARED_CREDENTIALS_FILE", "AWS_EC2_METADATA_DISABLED")]:  # fmt: skip
+        monkeypatch.delenv(name)
+    args = parser().parse_args(["jobs:handle", "--sqs", f"{moto_endpoint}/123456789012/q"])
+    with pytest.raises(
+        UsageError, match="--sqs found no AWS region: pass --region, or set AWS_REGION"
+    ):
+        build_backend(args)
+
+
+LEASED_JOBS = textwrap.dedent(
+    """
+    import os
+    from leasekeeper import leased
+
+    @leased
+    def handle(message):
+        os.write(1, f"did {message.body}\\n".encode())
+
+    def poison(message):
+        raise RuntimeError("always fails")
+    """
+)
+
+
+def test_a_leased_handler_runs_once_and_each_message_is_deleted_once(
+    moto_endpoint: str, queue_url: str, workdir: Path
+) -> None:
+    (workdir / "decorated.py").write_text(LEASED_JOBS)
+    client = make_client(moto_endpoint)
+    for n in range(3):
+        client.send_message(QueueUrl=queue_url, MessageBody=f"job-{n}")
+    result = run_command(
+        moto_endpoint,
+        workdir,
+        "decorated:handle",
+        "--sqs",
+        queue_url,
+        "--until-idle",
+        "1.5",
+        "--status-every",
+        "0",
+        *TIMING,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split()[1::2]) == ["job-0", "job-1", "job-2"]
+    assert "is @leased" in result.stderr  # the one INFO line
+    assert "lost" not in result.stderr.lower()  # no second delete counted lost
+
+
+def test_max_receives_and_dead_letter_move_a_poison_message(
+    moto_endpoint: str, queue_url: str, workdir: Path
+) -> None:
+    (workdir / "decorated.py").write_text(LEASED_JOBS)
+    client = make_client(moto_endpoint)
+    dead_name = f"cmd-dead-{uuid.uuid4().hex[:8]}"
+    client.send_message(QueueUrl=queue_url, MessageBody="poison")
+    result = run_command(
+        moto_endpoint,
+        workdir,
+        "decorated:poison",
+        "--sqs",
+        queue_url,
+        "--max-receives",
+        "2",
+        "--dead-letter",
+        dead_name,
+        "--release-delay",
+        "0.1",
+        "--until-idle",
+        "1.5",
+        "--status-every",
+        "0",
+        *TIMING,
+    )
+    assert result.returncode == 0, result.stderr
+    dead_url = client.get_queue_url(QueueName=dead_name)["QueueUrl"]
+    try:
+        got = client.receive_message(QueueUrl=dead_url, WaitTimeSeconds=1)
+        assert [m["Body"] for m in got.get("Messages", [])] == ["poison"]
+        left = client.receive_message(QueueUrl=queue_url, WaitTimeSeconds=0)
+        assert left.get("Messages", []) == []
+    finally:
+        client.delete_queue(QueueUrl=dead_url)
+    failures = [line for line in result.stderr.splitlines() if "handler failed" in line]
+    assert len(failures) == 2 and "dead-letter" in failures[-1]

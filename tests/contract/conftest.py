@@ -24,6 +24,7 @@ fault injection, canned Azure error responses through the real azure-core pipeli
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 import uuid
@@ -81,6 +82,8 @@ class Subject:
     oversize_batch: Literal["split", "reject"] = "split"
     # seconds after a receive past which the service will not hide the message
     total_cap: float | None = None
+    # the backend's max_lease_age (the service's cap, as it states it)
+    lease_age: float = math.inf
     faults: FaultHooks | None = None
     drop_queue: Callable[[], None] | None = None  # delete the queue (receive then fails)
     cleanup: list[Callable[[], None]] = field(default_factory=list)
@@ -203,6 +206,7 @@ def _sqs(request: pytest.FixtureRequest) -> Subject:
         rejects_earlier_receipt=False,
         delete_twice="ok",  # a standard queue answers 200 (SQS and moto alike)
         total_cap=43200.0,
+        lease_age=43200.0,
         faults=SQSFaults(client),
         drop_queue=lambda: admin.delete_queue(QueueUrl=url),
     )
@@ -337,10 +341,80 @@ def _azure(request: pytest.FixtureRequest) -> Subject:
         send=lambda body: admin.send_message(body, time_to_live=AZURE_TTL),
         pause=time.sleep,
         total_cap=float(AZURE_TTL),  # a message cannot outlive its expiry
+        lease_age=7 * 24 * 3600.0,  # the default time-to-live
         faults=faults,
         drop_queue=admin.delete_queue,
     )
     subject.cleanup += [backend.close, receiving.close, admin.delete_queue, admin.close]
+    return subject
+
+
+# ---------------------------------------------------------------- Redis Streams
+
+_REDIS_ANSWERS: dict[FaultKind, str] = {
+    "retry": "BUSY Redis is busy running a script. You can only call SCRIPT KILL.",
+    "fatal": "NOGROUP No such key 'jobs' or consumer group 'g' in XPENDING",
+}
+
+
+class RedisFaults(FaultHooks):
+    """Answers the backend's next script call of an operation with an error reply as
+    Redis sends it, through a client whose ``execute_command`` consults this first.
+    (A lost lease is no error in Redis: the scripts say so, tested for real.)"""
+
+    kinds = ("retry", "fatal")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, deque[FaultKind]] = defaultdict(deque)
+
+    def fail_next(self, operation: Operation, kind: FaultKind) -> str:
+        mode = {"receive": "receive", "delete": "delete"}.get(operation, "idle")
+        with self._lock:
+            self._pending[mode].append(kind)
+        return _REDIS_ANSWERS[kind].split()[0]
+
+    def client(self, url: str) -> Any:
+        import redis
+
+        faults = self
+
+        class FaultyRedis(redis.Redis):
+            def execute_command(self, *args: Any, **options: Any) -> Any:
+                if args and args[0] == "EVALSHA" and len(args) > 5:
+                    # receive's ARGV[2] is the consumer, the change script's its mode
+                    mode = args[5] if args[5] in ("idle", "delete") else "receive"
+                    with faults._lock:
+                        queued = faults._pending.get(mode)
+                        kind = queued.popleft() if queued else None
+                    if kind is not None:
+                        raise redis.exceptions.ResponseError(_REDIS_ANSWERS[kind])
+                return super().execute_command(*args, **options)
+
+        return FaultyRedis.from_url(url, socket_timeout=10)
+
+
+def _redis(request: pytest.FixtureRequest) -> Subject:
+    import redis
+    from leasekeeper.backends.redis import RedisStreamsBackend
+
+    url: str = request.getfixturevalue("redis_url")
+    stream = f"contract-{uuid.uuid4().hex[:12]}"
+    admin = redis.Redis.from_url(url)
+    faults = RedisFaults()
+    backend = RedisStreamsBackend(
+        faults.client(url), stream, "g", visibility_timeout=HIDDEN, consumer="contract"
+    )
+    subject = Subject(
+        name="redis",
+        backend=backend,
+        clock=SYSTEM_CLOCK,
+        send=lambda body: admin.xadd(stream, {"body": body}),
+        pause=time.sleep,
+        faults=faults,
+        drop_queue=lambda: admin.delete(stream),
+    )
+    subject.cleanup += [lambda: admin.delete(stream), admin.close]
     return subject
 
 
@@ -351,9 +425,10 @@ SUBJECTS: dict[str, Callable[[pytest.FixtureRequest], Subject]] = {
     "sqs-moto": _sqs,
     "mns-local": _mns,
     "azure-azurite": _azure,
+    "redis": _redis,
 }
 #: Those whose service can fail (they declare fault hooks and a queue to delete).
-FALLIBLE = ("sqs-moto", "mns-local", "azure-azurite")
+FALLIBLE = ("sqs-moto", "mns-local", "azure-azurite", "redis")
 
 
 @contextlib.contextmanager

@@ -11,13 +11,25 @@ message meant to stay hidden is hidden for 30 s while the test looks for a few.
 
 from __future__ import annotations
 
+import pickle
 import time
+import uuid
 from collections.abc import Sequence
 
 import pytest
 
-from leasekeeper import LeaseManager, ReceiveError, Worker
-from leasekeeper.backends.base import Backend, ForwardingBackend, Handle, Message, Outcome
+from leasekeeper import ConfigError, LeaseManager, ReceiveError, Worker
+from leasekeeper.backends.base import (
+    Backend,
+    CloudBackend,
+    ForwardingBackend,
+    Handle,
+    Message,
+    Outcome,
+    Sender,
+)
+from leasekeeper.backends.registry import URLSpec
+from tests.azure.settings import KEY as AZURITE_KEY
 from tests.contract.conftest import HIDDEN, Subject
 
 #: The longest a test polls for something the service should do (seconds).
@@ -85,6 +97,7 @@ def test_receive_gives_leasable_messages(subject: Subject) -> None:
     messages = receive_n(subject, 3)
     after = subject.clock.now()
     assert sorted(m.body for m in messages) == ["a", "b", "c"]
+    assert backend.max_lease_age == subject.lease_age  # type: ignore[attr-defined]
     assert len({m.id for m in messages}) == 3
     for message in messages:
         assert message.backend is backend
@@ -95,6 +108,7 @@ def test_receive_gives_leasable_messages(subject: Subject) -> None:
         assert message.visibility_timeout == HIDDEN
         assert message.visible_until <= message.received_at + HIDDEN
         assert message.receipt not in repr(message)
+        assert message.attributes == {}  # sent without any
         if subject.total_cap is None:
             assert message.hard_deadline is None
         else:
@@ -183,13 +197,14 @@ def test_a_message_not_extended_comes_back_with_a_new_receipt(subject: Subject) 
     assert subject.backend.delete(newest([again.handle], [outcome])) == [Outcome("ok")]
 
 
-def test_release_gives_the_message_back(subject: Subject) -> None:
+def test_release_gives_the_message_back_and_each_delivery_counts(subject: Subject) -> None:
     message = one(subject)
-    [released] = subject.backend.release([message.handle], 0)
-    assert released.kind == "ok"
-    again = receive_again(subject, message.id)  # at once (MNS: after its 1 s minimum)
-    assert again.receive_count == 2
-    assert subject.backend.delete([again.handle]) == [Outcome("ok")]
+    for count in (2, 3):
+        [released] = subject.backend.release([message.handle], 0)
+        assert released.kind == "ok"
+        message = receive_again(subject, message.id)  # at once (MNS: after its 1 s minimum)
+        assert message.receive_count == count
+    assert subject.backend.delete([message.handle]) == [Outcome("ok")]
 
 
 def test_a_batch_of_max_batch_works_and_a_larger_one_as_declared(subject: Subject) -> None:
@@ -235,6 +250,84 @@ def test_receipts_stay_out_of_reprs_and_details(subject: Subject) -> None:
     shown = repr(subject.backend) + repr(message) + repr(message.handle) + repr(outcomes)
     assert message.receipt not in shown
     assert all(o.receipt is None or o.receipt not in shown for o in outcomes)
+
+
+# ---------------------------------------------------------------- producing, siblings, specs
+
+
+def test_send_puts_a_message_with_its_attributes(subject: Subject) -> None:
+    backend = subject.backend
+    assert isinstance(backend, Sender)
+    attributes = {"origin": "contract", "hop": "1"}
+    if not backend.carries_attributes:
+        with pytest.raises(ValueError, match="attributes"):
+            backend.send("refused", attributes)
+        attributes = {}
+    sent = backend.send("payload", attributes)
+    [message] = receive_n(subject, 1)  # the refused one was not sent
+    assert (message.id, message.body, message.receive_count) == (sent, "payload", 1)
+    assert message.attributes == attributes
+    with pytest.raises(TypeError):
+        message.attributes["hop"] = "2"  # type: ignore[index]
+    for bad in ({"n": 1}, {1: "x"}, ["a"]):
+        with pytest.raises(TypeError):
+            backend.send("x", bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="body"):
+        backend.send(42)  # type: ignore[arg-type]
+    assert backend.delete([message.handle]) == [Outcome("ok")]
+
+
+def test_send_with_a_delay(subject: Subject) -> None:
+    backend = subject.backend
+    assert isinstance(backend, Sender)
+    with pytest.raises(ValueError, match="delay"):
+        backend.send("x", delay=-1)
+    if isinstance(backend, CloudBackend) and backend.max_send_delay == 0:
+        with pytest.raises(ValueError, match="delay"):  # a service without delayed delivery
+            backend.send("x", delay=1)
+        return
+    started = subject.clock.now()
+    sent = backend.send("later", delay=2)
+    early = backend.receive(visibility_timeout=HIDDEN)
+    if subject.clock.now() - started < 1.5:  # else the machine stalled: too late to tell
+        assert early == []
+    message = receive_again(subject, sent)
+    assert message.body == "later"
+    assert backend.delete([message.handle]) == [Outcome("ok")]
+
+
+def test_a_sibling_is_another_queue_of_the_same_account(subject: Subject) -> None:
+    backend = subject.backend
+    other = backend.sibling(f"sib{uuid.uuid4().hex[:12]}", create=True)  # type: ignore[attr-defined]
+    assert type(other) is type(backend) and other is not backend
+    other.send("over there")
+    [message] = receive_n(subject, 1, backend=other)
+    assert message.body == "over there" and message.backend is other
+    assert backend.receive(visibility_timeout=HIDDEN) == []
+    assert other.delete([message.handle]) == [Outcome("ok")]
+
+
+@pytest.mark.usefixtures("service_env")
+def test_spec_is_the_queue_by_url_and_builds_it_again(subject: Subject) -> None:
+    backend = subject.backend
+    if getattr(backend, "process_local", False):
+        with pytest.raises(ConfigError, match="cannot be rebuilt"):
+            backend.spec()  # type: ignore[attr-defined]
+        return
+    spec = backend.spec()  # type: ignore[attr-defined]
+    assert isinstance(spec, URLSpec)
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    shown = repr(spec) + spec.url
+    for secret in ("testing", "test-key", AZURITE_KEY):  # the services' credentials
+        assert secret not in shown and secret.encode() not in pickle.dumps(spec)
+    rebuilt = spec.build()
+    assert type(rebuilt) is type(backend)
+    subject.send("through the spec")
+    [message] = receive_n(subject, 1, backend=rebuilt)
+    assert message.body == "through the spec"
+    [outcome] = backend.extend([message.handle], HIDDEN)  # the same queue
+    assert outcome.kind == "ok"
+    assert rebuilt.delete(newest([message.handle], [outcome])) == [Outcome("ok")]
 
 
 # ---------------------------------------------------------------- leases and wrappers

@@ -14,6 +14,7 @@ import pytest
 from leasekeeper import LeaseManager, demo
 from leasekeeper.cli import main
 from leasekeeper.demo import LONG_UNITS, run_demo
+from tests.helpers import svg_text_problems
 
 
 @pytest.mark.realtime
@@ -64,6 +65,8 @@ def test_demo_shows_the_trade_and_leasekeeper_ends_it(
     assert sum(c.startswith("run") for c in marks) == sum(len(r) for r in runs.values())
     assert marks.count("renewal") == leased.extensions
     assert marks.count("run duplicate") == short_no_lease.duplicates
+    # No text of the picture overlaps another or leaves the canvas.
+    assert svg_text_problems(svg.read_text()) == []
 
 
 @pytest.mark.realtime
@@ -98,4 +101,4 @@ def test_python_dash_m_entry_point() -> None:
         timeout=60,
     )
     assert result.returncode == 2
-    assert "extend_threshold (40)" in result.stderr
+    assert "--extend-threshold (40) must be less than --visibility-timeout (30)" in result.stderr

@@ -16,6 +16,7 @@ from leasekeeper._extend import Extender
 from leasekeeper._gate import OpGate
 from leasekeeper._record import LeaseRecord
 from leasekeeper._schedule import Lane
+from leasekeeper.backends.base import cap_margin
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.reasons import Ending
 from leasekeeper.testing import ManualClock
@@ -47,7 +48,7 @@ class RecordingLedger:
             record.state, record.ending = state, ending
             self.ended.append((record.message.id, state, ending))
 
-    def end_completed(self, record: LeaseRecord, *, give: bool) -> None:
+    def end_completed(self, record: LeaseRecord) -> None:
         raise AssertionError("the extender never completes a lease")
 
     def reschedule(self, record: LeaseRecord, due: float | None = None) -> None:
@@ -191,8 +192,9 @@ def test_the_services_cap_ends_the_lease_capped_without_a_call(clock: ManualCloc
     rig = Rig(ScriptedBackend(queue), clock)
     record = rig.lease()
     clock.advance(21)
-    rig.extend(record)  # asks only up to the cap: 50 s after the receive
-    assert record.visible_until == pytest.approx(record.registered_at + 50, abs=1e-6)
+    rig.extend(record)  # asks only up to the cap: 50 s after the receive, less its margin
+    cap = record.registered_at + 50 - cap_margin(50)  # min(60 s, 2 %), as SQS's
+    assert record.visible_until == pytest.approx(cap, abs=1e-6)
     clock.advance(25)
     rig.extend(record)
     ((_, state, ending),) = rig.ledger.ended
@@ -235,3 +237,16 @@ def test_a_late_success_on_a_lease_that_ended_meanwhile_is_handed_back(rotating_
     ((hand_back, args),) = rotating_rig.ledger.submitted
     hand_back(*args)  # the message is hidden with nobody on it: released at once
     assert rotating_rig.backend.inner.visible_count() == 1
+
+
+@pytest.mark.parametrize(
+    ("lag", "latency", "advice"),
+    [(6.0, 0.1, "renewer='process'"), (0.1, 6.0, "raise extend_threshold")],
+)
+def test_the_margin_warning_advises_what_fits_the_cause(
+    lag: float, latency: float, advice: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING", logger="leasekeeper.manager")
+    Extender._warn_margin(lag, latency, 10.0)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert advice in line

@@ -129,13 +129,13 @@ def test_a_delete_that_keeps_failing_reaches_the_handler_and_the_lease_goes_on(r
 def test_release_waits_out_its_delay_and_grows_it_per_receive(rig: Rig) -> None:
     first = rig.lease()
     rig.ops.release(first, None)
-    assert rig.backend.calls_of("release")[-1][2] == 5  # release_delay
+    assert 4 <= rig.backend.calls_of("release")[-1][2] <= 6  # release_delay, jittered
     rig.clock.advance(5.1)
     (message,) = rig.backend.receive(visibility_timeout=30)
     second = rig.engine.register(message, rig.make)
     assert isinstance(second, Lease) and second.receive_count == 2
     rig.ops.release(second, None)
-    assert rig.backend.calls_of("release")[-1][2] == 10  # x2 on the second receive
+    assert 8 <= rig.backend.calls_of("release")[-1][2] <= 12  # x2 on the second receive
     with pytest.raises(LeaseError, match="completed"):
         third = rig.lease("other")
         rig.ops.complete(third)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
 import pytest
 
-from leasekeeper import Handle
+from leasekeeper import Handle, connect
 from leasekeeper.backends.memory import MemoryQueue, MemoryRecord
 from leasekeeper.testing import ManualClock
 
@@ -82,8 +83,9 @@ def test_release_with_and_without_delay(clock: ManualClock, queue: MemoryQueue) 
 def test_batch_limits_are_enforced(queue: MemoryQueue) -> None:
     with pytest.raises(ValueError, match="max_batch"):
         queue.extend([Handle(str(i), "r") for i in range(11)], 10)
-    with pytest.raises(ValueError, match="empty"):
-        queue.delete([])
+    # an empty batch is no call, as on every backend
+    assert queue.delete([]) == queue.extend([], 5) == queue.release([], 0) == []
+    assert queue.calls["delete"] == queue.calls["extend"] == queue.calls["release"] == 0
 
 
 def test_per_entry_outcomes_in_order(queue: MemoryQueue) -> None:
@@ -149,3 +151,53 @@ def test_without_history_only_the_deleted_count_is_kept(clock: ManualClock) -> N
     assert [o.kind for o in queue.delete([received[0].handle])] == ["lost"]  # gone: once only
     assert (queue.deleted_count, len(queue)) == (3, 2)
     assert queue.deleted_ids == [] and queue.receive_counts == {}
+
+
+def test_max_lease_age_caps_a_lease_and_visibility_cap_is_its_older_name(
+    clock: ManualClock,
+) -> None:
+    assert MemoryQueue(30, clock=clock).max_lease_age == math.inf
+    assert MemoryQueue(30, visibility_cap=100).max_lease_age == 100.0
+    queue = MemoryQueue(30, clock=clock, max_lease_age=100)
+    assert queue.visibility_cap == 100.0
+    queue.send("job")
+    [message] = queue.receive()
+    # the manager stops min(60 s, 2 %) before the queue's own cap, as on SQS
+    assert message.hard_deadline == message.received_at + 100 - 2
+    clock.advance(60)
+    assert queue.extend([message.handle], 30)[0].kind == "ok"  # to 90 s
+    assert queue.extend([message.handle], 41)[0].kind == "capped"  # past 100 s
+    with pytest.raises(ValueError, match="not both"):
+        MemoryQueue(30, visibility_cap=10, max_lease_age=20)
+
+
+def test_send_keeps_attributes_and_connect_names_one_queue_a_process(clock: ManualClock) -> None:
+    queue = connect("memory://core-test-queue", clock=clock)
+    assert isinstance(queue, MemoryQueue) and connect("memory://core-test-queue") is queue
+    with pytest.raises(ValueError, match="exists already"):
+        connect("memory://core-test-queue", visibility_timeout=5)
+    sent = queue.send("job", {"lineage": "m-1/2"}, delay=5)
+    assert queue.receive() == []
+    clock.advance(5)
+    [message] = queue.receive()
+    assert (message.id, message.attributes) == (sent, {"lineage": "m-1/2"})
+    assert queue.adopt(message.raw).attributes == {"lineage": "m-1/2"}
+    assert queue.sibling("core-test-queue") is queue
+
+
+def test_arguments_are_checked_as_every_backend_checks_them(queue: MemoryQueue) -> None:
+    queue.send("a")
+    [message] = queue.receive()
+    for bad in (0, -1, math.nan, math.inf, "5", 43201):
+        [outcome] = queue.extend([message.handle], bad)  # type: ignore[arg-type]
+        assert outcome.kind == "fatal" and "not sent" in outcome.detail
+    for bad in (-1, math.nan, None):
+        [outcome] = queue.release([message.handle], bad)  # type: ignore[arg-type]
+        assert outcome.kind == "fatal" and "not sent" in outcome.detail
+    for wait in (-1, math.nan, "1"):
+        with pytest.raises(ValueError, match="wait_seconds"):
+            queue.receive(wait_seconds=wait)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="max_messages"):
+        queue.receive(max_messages=1.5)  # type: ignore[arg-type]
+    assert queue.calls["extend"] == queue.calls["release"] == 0  # nothing was sent
+    assert queue.extend([message.handle], 30)[0].kind == "ok"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.cli import main
 from leasekeeper.testing import ManualClock
 from leasekeeper.timeline import Timeline, TimelineObserver, legend, render_svg, render_text
+from tests.helpers import svg_text_problems
 
 SVG = "{http://www.w3.org/2000/svg}"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -88,6 +90,27 @@ def test_the_svg_parses_and_has_a_mark_for_everything() -> None:
     texts = [e.text or "" for e in root.iter(f"{SVG}text")]
     assert "a heading & more" in texts and "<note>" in texts
     assert "back after 0.5 units" in texts
+    assert svg_text_problems(document) == []
+
+
+def test_the_readme_picture_has_no_overlapping_text() -> None:
+    """docs/img/demo.svg, drawn by leasekeeper demo --svg: the README shows it."""
+    picture = Path(__file__).resolve().parents[2] / "docs" / "img" / "demo.svg"
+    assert svg_text_problems(picture.read_text()) == []
+
+
+def test_the_overlap_check_finds_a_subtitle_over_an_axis_label() -> None:
+    """What the demo picture once had: the summary line over the axis numbers."""
+    document = (
+        '<svg xmlns="http://www.w3.org/2000/svg" width="960" height="100">'
+        '<text x="78" y="76" font-size="12">done 3/3, 0 duplicate runs, 0 renewals</text>'
+        '<text x="249.6" y="84" font-size="10" text-anchor="middle">5</text>'
+        '<text x="950" y="20" font-size="12">cut off</text></svg>'
+    )
+    assert svg_text_problems(document) == [
+        "'cut off' leaves the 960x100 canvas",
+        "'done 3/3, 0 duplicate runs, 0 renewals' overlaps '5'",
+    ]
 
 
 def test_the_observer_adds_a_managers_renewals_to_the_run(clock: ManualClock) -> None:

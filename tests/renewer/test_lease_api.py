@@ -148,3 +148,13 @@ def test_a_watch_is_renewed_until_forgotten_and_never_deleted(leasing: Leasing) 
     assert again.id == message.id
     assert leasing.lost == []
     assert leasing.manager.stats().forgotten == 1
+
+
+def test_close_forgets_watches_and_the_counts_survive_it(leasing: Leasing) -> None:
+    leasing.subject.send("owned by a framework")
+    (message,) = leasing.receive()
+    watched = leasing.manager.watch(message)
+    leasing.manager.close()
+    assert watched.state is LeaseState.FORGOTTEN and not watched.is_lost
+    stats = leasing.manager.stats()  # after close(): the renewer's final counts
+    assert (stats.registered, stats.forgotten, stats.released) == (1, 1, 0)

@@ -241,3 +241,36 @@ def test_drain_on_the_local_mns_server(spark: Any, mns_server: Any, tmp_path: Pa
     assert max(runs(tmp_path / "runs.log").values()) == 1, "a message was handled twice"
     stats = mns_server.queue_stats(name)
     assert stats.visible + stats.in_flight + stats.delayed == 1  # only the released one
+
+
+def test_drain_a_queue_by_url_on_redis_streams(spark: Any, redis_url: str, tmp_path: Path) -> None:
+    """``drain(queue=URL)``: executors build the backend from the URL alone."""
+    import leasekeeper
+    from leasekeeper.spark import drain
+
+    url = f"{redis_url}?stream=drain-{os.getpid()}&group=g&visibility_timeout={VISIBILITY}"
+    producer = leasekeeper.connect(url, consumer="producer")
+    for n in range(30):
+        producer.send(f"job-{n:04d}")  # type: ignore[attr-defined]
+    record = journal(tmp_path / "runs.log")
+
+    def handler(message: Message) -> str:
+        record(message)
+        time.sleep(1.5 * VISIBILITY)  # renewed meanwhile
+        return str(message.body)
+
+    frame = drain(
+        spark,
+        queue=url,
+        handler=handler,
+        output=str(tmp_path / "out"),
+        partitions=2,
+        config=CONFIG,
+        idle_seconds=3,
+        batch_size=15,
+    )
+    rows = frame.collect()
+    assert sorted(r["output"] for r in rows) == sorted(f'"job-{n:04d}"' for n in range(30))
+    assert {r["status"] for r in rows} == {"completed"}
+    assert max(runs(tmp_path / "runs.log").values()) == 1, "a message was handled twice"
+    assert producer.receive() == []  # every entry acknowledged and deleted

@@ -9,8 +9,10 @@ import sys
 
 import pytest
 
+from leasekeeper import LeaseConfig
 from leasekeeper.backends.azure import AzureQueueSpec
 from leasekeeper.backends.mns import MNSSpec
+from leasekeeper.backends.registry import URLSpec
 from leasekeeper.backends.sqs import SQSBackend, SQSSpec
 from leasekeeper.spark import AzureQueueSource, MNSSource, SQSSource, _check_args
 from leasekeeper.spark.sources import SOURCE_KINDS, source_from_options, source_options
@@ -22,12 +24,14 @@ def test_the_sources_are_the_backends_specs() -> None:
     # builds it: a backend's spec() is a source too.
     assert (SQSSource, MNSSource, AzureQueueSource) == (SQSSpec, MNSSpec, AzureQueueSpec)
     backend = SQSBackend(make_client("http://127.0.0.1:1"), "http://127.0.0.1:1/1/q")
-    assert source_options(backend.spec()) == {
-        "backend": "sqs",
-        "queue_url": "http://127.0.0.1:1/1/q",
-        "region": "us-east-1",
-        "endpoint_url": "http://127.0.0.1:1",
+    options = source_options(backend.spec())  # the queue by URL, its options as JSON
+    assert options == {
+        "backend": "url",
+        "queue": "http://127.0.0.1:1/1/q",
+        "queue_options": '{"endpoint_url": "http://127.0.0.1:1", "region": "us-east-1"}',
     }
+    assert source_from_options(options) == backend.spec()
+    assert source_from_options({"queue": "sqs://jobs"}) == URLSpec("sqs://jobs")
     for kind, (_, _, _, fields) in SOURCE_KINDS.items():
         cls = {"sqs": SQSSpec, "mns": MNSSpec, "azure": AzureQueueSpec}[kind]
         assert fields == tuple(f.name for f in dataclasses.fields(cls))
@@ -48,7 +52,7 @@ def test_leasekeeper_spark_imports_only_the_sdk_it_uses() -> None:
         "print(sorted(m for m in ('boto3', 'mns', 'azure.storage.queue') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.split() == ["['mns']"]
+    assert done.stdout.split() == ["[]"]  # the sources are plain specs: no SDK until built
 
 
 def test_sources_pickle_round_trip() -> None:
@@ -93,3 +97,23 @@ def test_mns_source_needs_credentials_in_the_environment(monkeypatch: pytest.Mon
 def test_drain_arguments_are_checked(args: tuple[object, ...], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         _check_args(*args[:5], renewer=args[5] if len(args) > 5 else "thread")  # type: ignore[arg-type]
+
+
+def test_a_queue_by_url_is_a_source_and_survives_the_formats_options() -> None:
+    from leasekeeper.spark.sources import as_source
+    from leasekeeper.spark.stream_options import StreamOptions, stream_options
+
+    url = "redis://cache:6379/0?stream=jobs&group=g"
+    source = as_source(None, url)  # read_stream(spark, queue=url), drain(..., queue=url)
+    assert source == as_source(url) == URLSpec(url)
+    options = stream_options(source, config=LeaseConfig(visibility_timeout=60)).to_options()
+    assert options["queue"] == url
+    assert StreamOptions.parse(options).source == source
+    with_options = URLSpec.of(url, {"visibility_timeout": 60, "consumer": "spark"})
+    assert source_from_options(source_options(with_options)) == with_options
+    with pytest.raises(TypeError, match="not both"):
+        as_source(source, url)
+    with pytest.raises(ValueError, match="installed schemes"):
+        as_source(None, "nowhere://jobs")
+    with pytest.raises(TypeError, match="queue=URL"):
+        as_source(None)

@@ -13,8 +13,8 @@ action it was told to target, in the ways the real service and network fail:
   replaced by a 500 (the client cannot tell it worked).
 
 With ``real_sqs=True`` (``--real-sqs``) it also answers as the real service does
-where moto does not (docs: backend-semantics.md, "Traps", and moto's deviations
-2 and 6). From the traffic it forwards (the JSON protocol: ``X-Amz-Target``
+where moto does not (docs/backend-semantics.md, SQS: "Traps" and moto's
+deviations 2 and 6). From the traffic it forwards (the JSON protocol: ``X-Amz-Target``
 ``AmazonSQS.ReceiveMessage``, ``ChangeMessageVisibility[Batch]``,
 ``DeleteMessage[Batch]``) it keeps, per message, the receipt handle of the latest
 receive and the service's deadline (the receive's ``VisibilityTimeout``, or the

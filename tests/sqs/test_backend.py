@@ -194,7 +194,7 @@ def test_receive_uses_the_queue_visibility_read_once() -> None:
     stubber.add_response(
         "get_queue_attributes",
         {"Attributes": {"VisibilityTimeout": "45"}},
-        {"QueueUrl": QUEUE_URL, "AttributeNames": ["VisibilityTimeout"]},
+        {"QueueUrl": QUEUE_URL, "AttributeNames": ["All"]},  # every attribute, read once
     )
     for n in range(3):
         stubber.add_response(
@@ -321,7 +321,7 @@ def test_adopt_dict_and_resource_read_queue_attributes_once() -> None:
     stubber.add_response(
         "get_queue_attributes",
         {"Attributes": {"VisibilityTimeout": "60"}},
-        {"QueueUrl": QUEUE_URL, "AttributeNames": ["VisibilityTimeout"]},
+        {"QueueUrl": QUEUE_URL, "AttributeNames": ["All"]},  # every attribute, read once
     )
     first = backend.adopt(sqs_message("a", receipt()))
     second = backend.adopt(sqs_message("b", receipt()))

@@ -1,7 +1,7 @@
 """The fault proxy's ``real_sqs`` mode: moto behind it answers as the real SQS does.
 
 moto accepts any handle a message ever had and lets a late extend hide a message
-again (docs: backend-semantics.md, moto's deviations 2 and 6). The real service
+again (docs/backend-semantics.md, SQS: moto's deviations 2 and 6). The real service
 answers a late extend 200 and does nothing, rejects the extend of a handle that
 is no longer the latest with InvalidParameterValue, and answers a delete with
 such a handle 200 and deletes nothing. First the rules on a driven clock, then

@@ -8,7 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar, overload
 
 from leasekeeper.aio.held import lease
-from leasekeeper.decorator import find_message
+from leasekeeper.decorator import find_message, mark_leased
 from leasekeeper.manager import LeaseManager
 
 __all__ = ["leased"]
@@ -69,6 +69,7 @@ def leased(
             async with scope:
                 return await handler(*args, **kwargs)
 
+        mark_leased(run, handler)
         return run
 
     return wrap(func) if func is not None else wrap

@@ -167,6 +167,14 @@ class AsyncLease:
         ``Lease.release()`` would."""
         await settled(self.manager.release_soon(self.lease, delay))
 
+    async def fail(self, error: BaseException | None = None, delay: float | None = None) -> None:
+        """The handler failed with ``error``: release the message after ``delay`` (default:
+        the delay that grows per receive), or send a poison message to the manager's
+        dead-letter queue - ``LeaseManager.fail``, on a thread (the copy is a service
+        call) so the loop never waits on it."""
+        future = await asyncio.to_thread(self.manager.fail_soon, self.lease, error, delay)
+        await settled(future)
+
     def __repr__(self) -> str:
         return f"<AsyncLease {self.lease!r}>"
 
@@ -299,7 +307,8 @@ class AsyncLeaseScope:
         if held.is_lost:
             return  # ended already: nothing to release; the handler's exception matters more
         try:
-            await held.release(self._delay)
+            # Released after the growing delay, or a poison message dead-lettered.
+            await held.fail(exc, self._delay)
         except LeaseLost:
             pass  # already reported as lost
         except Exception:

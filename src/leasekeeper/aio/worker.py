@@ -39,7 +39,7 @@ import threading
 from collections.abc import Awaitable, Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from leasekeeper._intake import Intake, WorkerStats
 from leasekeeper._receive_loop import (
@@ -100,6 +100,7 @@ class AsyncWorker:
         gather: float = 0.05,
         cancel_on_lost: bool = False,
         clock: Clock | None = None,
+        dead_letter: Backend | str | None = None,
         **config_fields: Any,
     ) -> None:
         if (inspect.isfunction(handler) or inspect.ismethod(handler)) and not (
@@ -122,12 +123,13 @@ class AsyncWorker:
             prefetch=prefetch,
             gather=gather,
             clock=clock,
+            dead_letter=dead_letter,
             config_fields=config_fields,
         )
         self.manager: LeaseManager = self.intake.manager
         self.clock: Clock = self.manager.clock
         self.backend: Backend = self.intake.backend
-        self.handler = handler
+        self.handler = cast("AsyncHandler", self.intake.handler)
         self.concurrency = self.intake.concurrency
         self.cancel_on_lost = bool(cancel_on_lost)
         self.stats: WorkerStats = self.intake.stats
@@ -221,6 +223,7 @@ class AsyncWorker:
         # Before the first register: the relay must hear of every lease's end.
         self._relay = relay_for(self.manager)
         executor = ThreadPoolExecutor(1, thread_name_prefix="leasekeeper-aio")
+        self.manager.failures.announce(self.backend)  # once: where failing messages end
         previous = self._catch_signals(loop)
         try:
             self.error = await self._drive(
@@ -355,11 +358,11 @@ class AsyncWorker:
                     raise  # not a loss: shutdown cancelled it (its message was released)
                 log.warning("lease on message %r lost while it was handled: cancelled", lease.id)
                 return
-            except Exception:
+            except Exception as exc:
                 held.end()
-                log.exception("handler failed for message %r; released", message.id)
-                outcome = "failed"
-                future = self._queue_end(lease, release=True)
+                # One WARNING (with the traceback), from the failure policy; off the loop:
+                # a poison message's copy to the dead-letter queue is a service call.
+                outcome, future = await asyncio.to_thread(self.intake.fail, lease, exc)
             else:
                 held.end()
                 if lease.is_lost:

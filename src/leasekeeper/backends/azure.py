@@ -13,66 +13,54 @@
             with manager.lease(message):
                 handle(message.body)
 
-How Azure Storage Queue maps onto the backend contract (see docs/backends/azure.md):
+Or by URL: ``leasekeeper.connect("azure://<account>/jobs")`` (``from_url`` below).
+How Azure Storage Queue maps onto the backend contract (docs/backends/azure.md,
+docs/backend-semantics.md):
 
 - Every receive and every Update Message issues a **new** pop receipt and kills the
   previous one, so ``rotates_receipts`` is True and every successful extend or
-  release answers ``Outcome("ok", receipt=<new>)``. The manager never runs an
-  extend and a delete of one lease at once, so a delete always carries the
-  receipt the last extend returned.
+  release answers ``Outcome("ok", receipt=<new>)``.
 - There is no batch API: ``max_batch`` is 1 and the manager runs extends in
   parallel from its dispatch pool.
 - ``extend``/``release`` call ``update_message(id, pop_receipt=..., visibility_timeout=n)``
   with the message **id** (a QueueMessage would make the SDK re-upload its
   content) and ``visibility_timeout`` **always** given (the SDK sends 0 when it is
-  left out: the message would reappear at once). The timeout is an int: extends
-  round **up** (the manager counts its deadline from the float it asked for, so a
-  longer real invisibility is the safe side); release delays round **down** (a
-  released message is never held back longer than asked).
-- A message cannot outlive its ``expires_on`` (its time-to-live). ``Message.hard_deadline``
-  is ``expires_on`` converted to local monotonic time minus ``expiry_margin`` (2 s by
-  default, which also covers the round-up above), so the manager stops extending
-  and reports the lease "capped" before the service deletes the message. Azure
-  has no "beyond the expiry" error (it accepts such an update and deletes the
-  message at its expiry anyway), so the backend also refuses locally, as
-  ``capped``, an extend that would pass a known expiry, and reports a
-  ``MessageNotFound`` for a message whose expiry has passed as ``capped``.
+  left out: the message would reappear at once).
+- A message cannot outlive its ``expires_on`` (its time-to-live, 7 days by
+  default: ``max_lease_age``). ``Message.hard_deadline`` is ``expires_on`` in local
+  monotonic time less ``expiry_margin`` (2 s). Azure has no "beyond the expiry"
+  error (it accepts such an update and deletes the message at its expiry anyway),
+  so the backend refuses locally, as ``capped``, an extend that would pass a known
+  expiry, and reports a ``MessageNotFound`` for a message whose expiry has passed
+  as ``capped``.
 - Azure has no long poll: ``receive(wait_seconds=...)`` re-polls with a backing-off
   pause (0.2 s doubling to 2 s) until a message arrives or ``wait_seconds`` runs out.
+- A message carries no attributes (``carries_attributes`` is False).
 
-Threads: the manager extends from up to ``max_concurrency`` threads at once, and
-handler threads delete and release. A ``QueueClient`` sends through one
-azure-core ``RequestsTransport``, which says of itself that it is not thread-safe
-(one ``requests.Session`` per transport, opened lazily without a lock), and
-azure-core makes no thread-safety promise for the sync pipeline. So this backend
-does not share one client between threads: extend, delete and release go through
-a client per thread (``leasekeeper.backends.base.ThreadClients``), built from the
-given client's URL, credential and API version (or by ``client_factory``), with
-the SDK's own retries off (the manager retries with its own, much shorter,
-backoff) and short network timeouts. The client you pass is used only for
-``receive``, one request at a time, so your message decode policy (text or binary)
-and encryption settings apply.
+Threads: a ``QueueClient`` sends through one azure-core ``RequestsTransport``,
+which says of itself that it is not thread-safe. So extend, delete and release go
+through a client per thread (``ThreadClients``), built from the given client's
+URL, credential and API version (or by ``client_factory``), with the SDK's own
+retries off and short network timeouts. The client you pass is used only for
+``receive`` and ``send``, one request at a time, so your message encode and decode
+policies and encryption settings apply.
 
 Errors are mapped by ``classify_error`` on the service's error code. ``Outcome.detail``
-carries the error code (and, for a rejected query parameter, its name) and never
-the service's message text: an error about the pop receipt quotes it, and network
-errors quote the request URL, which carries ``popreceipt=``. The urllib3 and
-azure-storage loggers log request URLs at DEBUG level, so the backend installs a
-filter on them that blanks pop receipts and SAS signatures out of their records.
-A failed receive raises ``AzureQueueError``, a ``leasekeeper.errors.ReceiveError``.
+never carries the service's message text: an error about the pop receipt quotes
+it, and network errors quote the request URL, which carries ``popreceipt=``. The
+urllib3 and azure-storage loggers log request URLs at DEBUG level, so the backend
+installs a filter on them that blanks pop receipts and SAS signatures. A failed
+receive or send raises ``AzureQueueError``, a ``ReceiveError``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import random
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from collections.abc import Callable, Sequence
 from typing import Any
 
 try:
@@ -91,8 +79,8 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[azure]'"
     ) from _exc
 
-from leasekeeper.backends import credentials
 from leasekeeper.backends.base import (
+    SKEW_MARGIN,
     CloudBackend,
     ErrorTable,
     Handle,
@@ -100,24 +88,34 @@ from leasekeeper.backends.base import (
     Outcome,
     OutcomeKind,
     ThreadClients,
-    is_seconds,
+    check_lease_age,
+    clean_code,
+    epoch_seconds,
     redact,
+    text_body,
     whole_seconds,
 )
+from leasekeeper.backends.registry import URLSpec
+from leasekeeper.backends.spec import AzureQueueSpec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
-from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
+from leasekeeper.errors import ReceiveError, ReceiveErrorKind
 
-__all__ = ["AzureQueueBackend", "AzureQueueError", "classify_error", "scrub"]
+__all__ = [
+    "AzureQueueBackend",
+    "AzureQueueError",
+    "AzureQueueSpec",
+    "classify_error",
+    "scrub",
+]
 
 log = logging.getLogger("leasekeeper.backends.azure")
 
 MAX_BATCH = 1  # no batch update/delete in the Queue service
 MAX_MESSAGES = 32  # per Get Messages call
 MAX_VISIBILITY = 604800  # 7 days: per Update Message / Get Messages call
+DEFAULT_TTL = 604800.0  # 7 days: a message's default time-to-live
 DEFAULT_VISIBILITY = 30.0  # the service's default for Get Messages
 DEFAULT_EXPIRY_MARGIN = 2.0
-# adopt() trusts the service's clock for next_visible_on; allow this much skew.
-ADOPT_SKEW_MARGIN = 0.5
 # Per-thread clients: fail fast rather than sit on a lease's remaining time.
 DEFAULT_CONNECTION_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 15.0
@@ -125,50 +123,26 @@ DEFAULT_READ_TIMEOUT = 15.0
 _POLL_FIRST = 0.2
 _POLL_MAX = 2.0
 
-_LOST_CODES = frozenset({"MessageNotFound", "PopReceiptMismatch"})
-_RETRY_CODES = frozenset({"ServerBusy", "InternalError", "OperationTimedOut"})
-_FATAL_CODES = frozenset(
-    {
-        "QueueNotFound",
-        "QueueBeingDeleted",
-        "QueueDisabled",
-        "ResourceNotFound",
-        "AccountIsDisabled",
-        "AuthenticationFailed",
-        "InvalidAuthenticationInfo",
-        "AuthorizationFailure",
-        "AuthorizationPermissionMismatch",
-        "AuthorizationProtocolMismatch",
-        "AuthorizationResourceTypeMismatch",
-        "AuthorizationServiceMismatch",
-        "AuthorizationSourceIPMismatch",
-        "InsufficientAccountPermissions",
-        "KeyVaultAccessTokenCannotBeAcquired",
-        "KeyVaultEncryptionKeyNotFound",
-    }
+# "bug": the service says the request leasekeeper built is malformed, not a lost lease.
+ERRORS = ErrorTable(
+    lost="MessageNotFound PopReceiptMismatch",
+    retry="ServerBusy InternalError OperationTimedOut",
+    fatal="""
+    QueueNotFound QueueBeingDeleted QueueDisabled ResourceNotFound AccountIsDisabled
+    AuthenticationFailed InvalidAuthenticationInfo AuthorizationFailure
+    AuthorizationPermissionMismatch AuthorizationProtocolMismatch
+    AuthorizationResourceTypeMismatch AuthorizationServiceMismatch
+    AuthorizationSourceIPMismatch InsufficientAccountPermissions
+    KeyVaultAccessTokenCannotBeAcquired KeyVaultEncryptionKeyNotFound
+    """,
+    bug="""
+    OutOfRangeQueryParameterValue InvalidQueryParameterValue MissingRequiredQueryParameter
+    UnsupportedQueryParameter InvalidUri InvalidInput InvalidHttpVerb InvalidHeaderValue
+    MissingRequiredHeader UnsupportedHeader InvalidXmlDocument InvalidXmlNodeValue
+    EmptyMetadataKey UnsupportedHttpVerb
+    """,
 )
-# The service says the request leasekeeper built is malformed: a bug, not a lost lease.
-_BUG_CODES = frozenset(
-    {
-        "OutOfRangeQueryParameterValue",
-        "InvalidQueryParameterValue",
-        "MissingRequiredQueryParameter",
-        "UnsupportedQueryParameter",
-        "InvalidUri",
-        "InvalidInput",
-        "InvalidHttpVerb",
-        "InvalidHeaderValue",
-        "MissingRequiredHeader",
-        "UnsupportedHeader",
-        "InvalidXmlDocument",
-        "InvalidXmlNodeValue",
-        "EmptyMetadataKey",
-        "UnsupportedHttpVerb",
-    }
-)
-ERRORS = ErrorTable(lost=_LOST_CODES, retry=_RETRY_CODES, fatal=_FATAL_CODES, bug=_BUG_CODES)
 
-_CODE_SHAPE = re.compile(r"[A-Za-z0-9._-]{1,100}")
 # What may carry a secret in text the SDK, urllib3 or the service produce.
 _SECRET_PATTERNS = (
     # popreceipt=... in a request URL (and its URL-encoded forms)
@@ -189,7 +163,7 @@ _SECRET_PATTERNS = (
 )
 
 
-def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+def scrub(text: str, secrets: Sequence[str] = ()) -> str:
     """``text`` with the given secrets, pop receipts, SAS signatures and keys blanked."""
     return redact(text, secrets, _SECRET_PATTERNS)
 
@@ -236,19 +210,13 @@ def _install_log_filter() -> None:
 def _code_of(exc: BaseException) -> str:
     """The service's error code as a plain str ("" when there is none or it looks odd)."""
     code: Any = getattr(exc, "error_code", None)
-    if code is None:
-        return ""
-    value = getattr(code, "value", code)  # StorageErrorCode is a str-enum
-    if not isinstance(value, str) or not _CODE_SHAPE.fullmatch(value):
-        return ""
-    return value
+    return clean_code(getattr(code, "value", code))  # StorageErrorCode is a str-enum
 
 
 def _status_of(exc: BaseException) -> int | None:
     status = getattr(exc, "status_code", None)
     if status is None:
-        response = getattr(exc, "response", None)
-        status = getattr(response, "status_code", None)
+        status = getattr(getattr(exc, "response", None), "status_code", None)
     return status if isinstance(status, int) and not isinstance(status, bool) else None
 
 
@@ -257,8 +225,7 @@ def _parameter_of(exc: BaseException) -> str:
     info = getattr(exc, "additional_info", None)
     if isinstance(info, dict):
         for key, value in info.items():
-            named = str(key).lower() == "queryparametername" and isinstance(value, str)
-            if named and _CODE_SHAPE.fullmatch(value):
+            if str(key).lower() == "queryparametername" and clean_code(value):
                 return str(value)
     return ""
 
@@ -297,27 +264,24 @@ def classify_error(exc: BaseException) -> tuple[OutcomeKind, str]:
 
 
 def _http_kind(exc: HttpResponseError, code: str, status: int | None) -> OutcomeKind:
-    kind: OutcomeKind
     known = ERRORS.kind(code) if code else None
     if known is not None:
-        kind = known
-    elif isinstance(exc, ClientAuthenticationError) or status in (401, 403):
-        kind = "fatal"
-    elif status is not None and (status >= 500 or status in (408, 429)):
-        kind = "retry"
-    elif status == 404 or isinstance(exc, ResourceNotFoundError):
+        return known
+    if isinstance(exc, ClientAuthenticationError) or status in (401, 403):
+        return "fatal"
+    if status is not None and (status >= 500 or status in (408, 429)):
+        return "retry"
+    if status == 404 or isinstance(exc, ResourceNotFoundError):
         # A message operation's 404 without a code we know: the message is gone.
-        kind = "fatal" if code else "lost"
-    elif status is not None and 400 <= status < 500:
-        kind = "fatal"
-    else:
-        kind = "retry"  # no status: the answer never arrived whole
-    return kind
+        return "fatal" if code else "lost"
+    if status is not None and 400 <= status < 500:
+        return "fatal"
+    return "retry"  # no status: the answer never arrived whole
 
 
 class AzureQueueError(ReceiveError):
-    """A receive failed: Azure's ``ReceiveError``. ``kind`` is "retry" (transient) or
-    "fatal"; ``detail`` the code.
+    """A receive or a send failed: Azure's ``ReceiveError``. ``kind`` is "retry"
+    (transient) or "fatal"; ``detail`` the code.
 
     The text is built from the error code only: the SDK's own exception (whose
     text can quote URLs, SAS signatures included) is not chained.
@@ -327,36 +291,34 @@ class AzureQueueError(ReceiveError):
         super().__init__(kind, detail, operation=operation, service="Azure queue")
 
 
-def _epoch(moment: Any) -> float | None:
-    if not isinstance(moment, datetime):
-        return None
-    if moment.tzinfo is None:  # the SDK's datetimes are UTC
-        moment = moment.replace(tzinfo=timezone.utc)
-    return float(moment.timestamp())
-
-
-# Secrets a connection string may carry: they must reach another process through
-# its environment, not through a pickled spec that may be shipped and logged.
-SECRET_KEYS = ("accountkey=", "sharedaccesssignature=")
-
-
 class AzureQueueBackend(CloudBackend):
     """leasekeeper's backend for one Azure Storage queue.
 
     ``AzureQueueBackend(queue_client, *, clock=None, client_factory=None,
-    expiry_margin=2.0)``. ``queue_client`` is an ``azure.storage.queue.QueueClient``;
-    it is used for ``receive`` (so its message decode policy decides whether bodies
-    are str or bytes). Extends, deletes and releases go through one client per
-    thread, made by ``client_factory()`` when given (use it to carry proxy, retry
-    or transport settings), otherwise from ``queue_client``'s URL, credential and
-    API version with the SDK's retries off and short network timeouts.
+    expiry_margin=2.0, max_lease_age=None)``. ``queue_client`` is an
+    ``azure.storage.queue.QueueClient``; it is used for ``receive`` and ``send`` (so
+    its message encode and decode policies decide how bodies travel). Extends,
+    deletes and releases go through one client per thread, made by
+    ``client_factory()`` when given (use it to carry proxy, retry or transport
+    settings), otherwise from ``queue_client``'s URL, credential and API version
+    with the SDK's retries off and short network timeouts. ``max_lease_age`` given:
+    a cap counted from the receive as well as the message's expiry.
+
+    ``receive`` takes up to 32 messages a call, hidden for ``visibility_timeout``
+    (0 < T <= 604800 s, default 30, sent rounded up). ``extend`` is Update Message
+    to ``ceil(timeout)``, ``release`` to ``floor(delay)`` (0: visible at once);
+    ``send`` is Put Message, ``delay`` up to 7 days and no attributes.
+    ``poison_queue()`` is the queue ``<name>-poison``, created if missing.
     """
 
     service = "Azure queue"
+    receipt_name = "pop receipt"
     logger = log
     bad_argument_code = "OutOfRangeQueryParameterValue [visibilitytimeout]"
     min_receive_visibility = 1
     min_release = 0
+    carries_attributes = False
+    max_send_delay = float(MAX_VISIBILITY)
 
     max_batch = MAX_BATCH
     max_visibility = float(MAX_VISIBILITY)
@@ -370,6 +332,7 @@ class AzureQueueBackend(CloudBackend):
         clock: Clock | None = None,
         client_factory: Callable[[], QueueClient] | None = None,
         expiry_margin: float = DEFAULT_EXPIRY_MARGIN,
+        max_lease_age: float | None = None,
     ) -> None:
         if not isinstance(queue_client, QueueClient):
             raise TypeError(
@@ -390,6 +353,8 @@ class AzureQueueBackend(CloudBackend):
         self.queue_client = queue_client
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.expiry_margin = float(expiry_margin)
+        self.max_lease_age = check_lease_age(max_lease_age, DEFAULT_TTL)
+        self._lease_age_given = max_lease_age is not None
         self.account_name: str = str(getattr(queue_client, "account_name", None) or "?")
         self.queue_name: str = str(queue_client.queue_name)
         self._factory = client_factory
@@ -404,16 +369,57 @@ class AzureQueueBackend(CloudBackend):
         self._rng = random.Random()
         _install_log_filter()
 
-    def spec(self) -> AzureQueueSpec:
-        """This account and queue; the credential from the other process's environment
-        (``AZURE_STORAGE_SAS_TOKEN``, ``AZURE_STORAGE_ACCOUNT_KEY``,
-        ``AZURE_STORAGE_CONNECTION_STRING``) or ``DefaultAzureCredential``."""
-        url = str(self.queue_client.url).split("?", 1)[0].rstrip("/")  # no SAS token
+    @property
+    def account_url(self) -> str:
+        """The account's queue endpoint (no SAS token)."""
+        url = str(self.queue_client.url).split("?", 1)[0].rstrip("/")
         suffix = "/" + self.queue_name
-        account_url = url[: -len(suffix)] if url.endswith(suffix) else url
-        return AzureQueueSpec(
-            self.queue_name, account_url=account_url, account_name=self.account_name
+        return url[: -len(suffix)] if url.endswith(suffix) else url
+
+    def spec(self) -> URLSpec:
+        """This account and queue by URL; the credential from the other process's
+        environment (see ``from_url``)."""
+        account_url = self.account_url
+        return URLSpec.of(
+            f"azure://{self.account_name}/{self.queue_name}",
+            {
+                "account_url": None
+                if account_url == f"https://{self.account_name}.queue.core.windows.net"
+                else account_url,
+                "max_lease_age": self.max_lease_age if self._lease_age_given else None,
+            },
         )
+
+    def sibling(self, name: str, *, create: bool = False) -> AzureQueueBackend:
+        """The queue ``name`` of the same account, with the same credential, API
+        version and message policies (``create``: Create Queue when it is missing)."""
+        source = self.queue_client
+        sas = str(source.url).partition("?")[2]  # a SAS token in the URL is the credential
+        client = QueueClient.from_queue_url(
+            f"{self.account_url}/{name}{'?' + sas if sas else ''}",
+            credential=source.credential,
+            api_version=source.api_version,
+            # The SDK keeps them only in private fields: copied where they are found.
+            message_encode_policy=getattr(source, "_message_encode_policy", None),
+            message_decode_policy=getattr(source, "_message_decode_policy", None),
+        )
+        if create:
+            try:
+                self.call("CreateQueue", client.create_queue)
+            except AzureQueueError as exc:
+                if not exc.detail.startswith("QueueAlreadyExists"):
+                    raise
+        return AzureQueueBackend(
+            client,
+            clock=self.clock,
+            expiry_margin=self.expiry_margin,
+            max_lease_age=self.max_lease_age if self._lease_age_given else None,
+        )
+
+    def poison_queue(self) -> AzureQueueBackend:
+        """The queue ``<name>-poison`` (Azure's convention for failed messages, as
+        Azure Functions uses it), created if missing."""
+        return self.sibling(f"{self.queue_name}-poison", create=True)
 
     def __repr__(self) -> str:
         return f"AzureQueueBackend(account={self.account_name!r}, queue={self.queue_name!r})"
@@ -424,19 +430,14 @@ class AzureQueueBackend(CloudBackend):
         if self._factory is not None:
             return self._factory()
         source = self.queue_client
-        credential: Any = source.credential
         return QueueClient.from_queue_url(
             source.url,  # carries a SAS token, if that is the credential
-            credential=credential,
+            credential=source.credential,
             api_version=source.api_version,
             retry_total=0,
             connection_timeout=DEFAULT_CONNECTION_TIMEOUT,
             read_timeout=DEFAULT_READ_TIMEOUT,
         )
-
-    def _client(self) -> QueueClient:
-        """This thread's own client (a new one after a fork: sockets are not shared)."""
-        return self._clients.get()
 
     def close(self) -> None:
         """Close the per-thread clients this backend made and end any receive wait.
@@ -446,12 +447,6 @@ class AzureQueueBackend(CloudBackend):
         """
         self._closed.set()
         self._clients.close()
-
-    def __enter__(self) -> AzureQueueBackend:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ expiry
 
@@ -477,24 +472,11 @@ class AzureQueueBackend(CloudBackend):
         with self._lock:
             return self._expiry.get(message_id)
 
+    def hard_deadline_after(self, received_at: float) -> float | None:
+        # The message's expiry is its cap; max_lease_age counts only when given.
+        return super().hard_deadline_after(received_at) if self._lease_age_given else None
+
     # ------------------------------------------------------------------ receiving
-
-    def receive(
-        self,
-        max_messages: int = 1,
-        wait_seconds: float = 0.0,
-        visibility_timeout: float | None = None,
-    ) -> list[Message]:
-        """Receive up to ``max_messages`` (at most 32 a call) messages.
-
-        Azure has no long poll: with ``wait_seconds`` the queue is polled again,
-        pausing 0.2 s and doubling up to 2 s, until a message arrives or the time
-        is up. ``visibility_timeout`` (0 < T <= 604800 s, default 30) is sent
-        rounded up to whole seconds; the message records the value asked for, so
-        its local deadline is never later than the service's. A failure raises
-        ``AzureQueueError`` (a ``ReceiveError``).
-        """
-        return super().receive(max_messages, wait_seconds, visibility_timeout)
 
     def receive_messages(self, count: int, wait: float, visibility: float | None) -> list[Message]:
         vis = DEFAULT_VISIBILITY if visibility is None else visibility
@@ -503,9 +485,10 @@ class AzureQueueBackend(CloudBackend):
         pause = _POLL_FIRST
         while True:
             received_at = self.clock.now()  # just before the request: rule 1
-            page = self._receive_page(count, sent)
+            page = self.call("receive", lambda: self._receive_page(count, sent))
             if page:
-                return self._messages(page, received_at, vis)
+                offset = self.clock.wall() - self.clock.now()  # epoch - monotonic
+                return [self._message(raw, received_at, vis, offset, 0.0) for raw in page]
             left = deadline - self.clock.now()
             if left <= 0 or self._driven or self._closed.is_set():
                 return []
@@ -513,67 +496,38 @@ class AzureQueueBackend(CloudBackend):
             pause = min(pause * 2, _POLL_MAX)
 
     def _receive_page(self, count: int, visibility: int) -> list[QueueMessage]:
-        try:
-            with self._receive_lock:
-                pager = self.queue_client.receive_messages(
-                    messages_per_page=count, max_messages=count, visibility_timeout=visibility
-                )
-                # One page is one Get Messages call; iterating further would poll again.
-                page = next(iter(pager.by_page()), None)
-                return [] if page is None else list(page)
-        except Exception as exc:
-            error = self.receive_error(exc)
-        # Raised outside the except block: the SDK's exception, whose text may quote
-        # the request URL, is neither chained nor shown as context.
-        raise error
+        with self._receive_lock:
+            pager = self.queue_client.receive_messages(
+                messages_per_page=count, max_messages=count, visibility_timeout=visibility
+            )
+            # One page is one Get Messages call; iterating further would poll again.
+            page = next(iter(pager.by_page()), None)
+            return [] if page is None else list(page)
 
     def new_receive_error(
         self, kind: ReceiveErrorKind, detail: str, operation: str, exc: BaseException
     ) -> AzureQueueError:
         return AzureQueueError(operation, kind, detail)
 
-    def _messages(self, page: list[QueueMessage], received_at: float, vis: float) -> list[Message]:
-        now = self.clock.now()
-        offset = self.clock.wall() - now  # epoch - monotonic, read together
-        out: list[Message] = []
-        for raw in page:
-            out.append(self._message(raw, received_at, vis, offset, hint_margin=0.0))
-        return out
-
     def _message(
-        self,
-        raw: QueueMessage,
-        received_at: float,
-        vis: float,
-        offset: float,
-        *,
-        hint_margin: float,
+        self, raw: QueueMessage, received_at: float, vis: float, offset: float, margin: float
     ) -> Message:
         message_id = str(raw.id)
-        receipt = raw.pop_receipt
-        if not isinstance(receipt, str) or not receipt:
-            raise ValueError(
-                f"message {message_id!r} has no pop receipt (was it peeked rather than "
-                "received?): it cannot be leased"
-            )
-        visible_epoch = _epoch(raw.next_visible_on)
-        hint = None if visible_epoch is None else visible_epoch - offset - hint_margin
-        expires = _epoch(raw.expires_on)
-        hard = None if expires is None else expires - offset - self.expiry_margin
-        self._remember_expiry(message_id, expires)
-        count = raw.dequeue_count
-        return Message(
+        visible_epoch = epoch_seconds(raw.next_visible_on)
+        expires = epoch_seconds(raw.expires_on)
+        message = self.new_message(
             id=message_id,
-            body=_body(raw.content),
-            receipt=receipt,
-            backend=self,
-            received_at=received_at,
-            visibility_timeout=vis,
-            receive_count=count if isinstance(count, int) and count > 0 else 1,
+            receipt=raw.pop_receipt,
+            body=text_body(raw.content, decode=False),
             raw=raw,
-            deadline_hint=hint,
-            hard_deadline=hard,
+            received_at=received_at,
+            visibility=vis,
+            count=raw.dequeue_count,
+            deadline_hint=None if visible_epoch is None else visible_epoch - offset - margin,
+            hard_deadline=None if expires is None else expires - offset - self.expiry_margin,
         )
+        self._remember_expiry(message_id, expires)
+        return message
 
     def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
         """Turn a ``QueueMessage`` you received yourself into a Message to register.
@@ -593,33 +547,29 @@ class AzureQueueBackend(CloudBackend):
         now = self.clock.now()
         offset = self.clock.wall() - now
         if visibility_timeout is None:
-            visible_epoch = _epoch(raw.next_visible_on)
+            visible_epoch = epoch_seconds(raw.next_visible_on)
             if visible_epoch is None:
                 raise ValueError(
                     f"message {raw.id!r} has no next_visible_on: pass visibility_timeout"
                 )
-            vis = max(0.0, visible_epoch - offset - ADOPT_SKEW_MARGIN - now)
+            vis = max(0.0, visible_epoch - offset - SKEW_MARGIN - now)
         else:
-            if not (is_seconds(visibility_timeout) and visibility_timeout >= 0):
-                raise ValueError(
-                    f"visibility_timeout must be a number of seconds >= 0, got "
-                    f"{visibility_timeout!r}"
-                )
-            vis = float(visibility_timeout)
-        return self._message(raw, now, vis, offset, hint_margin=ADOPT_SKEW_MARGIN)
+            vis = self.adopt_visibility(visibility_timeout)
+        return self._message(raw, now, vis, offset, SKEW_MARGIN)
+
+    # ------------------------------------------------------------------ producing
+
+    def send_message(self, body: str | bytes, attributes: dict[str, str], delay: int) -> str:
+        def put() -> Any:
+            with self._receive_lock:  # the given client, one request at a time
+                return self.queue_client.send_message(body, visibility_timeout=delay or None)
+
+        return str(self.call("send", put).id)
 
     # ------------------------------------------------------------------ the manager's calls
 
-    def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
-        """Update Message with ``visibility_timeout=ceil(timeout)``; a new receipt each."""
-        return super().extend(handles, timeout)
-
-    def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
-        """Update Message with ``visibility_timeout=floor(delay)`` (0: visible at once)."""
-        return super().release(handles, delay)
-
     def send_extend(self, handles: Sequence[Handle], seconds: int) -> list[Outcome]:
-        client = self._client()
+        client = self._clients.get()
         out: list[Outcome] = []
         for handle in handles:
             expiry = self._known_expiry(handle.message_id)
@@ -642,7 +592,7 @@ class AzureQueueBackend(CloudBackend):
         return out
 
     def send_release(self, handles: Sequence[Handle], seconds: int) -> list[Outcome]:
-        client = self._client()
+        client = self._clients.get()
         out: list[Outcome] = []
         for handle in handles:
             outcome = self._update(client, "release", handle, seconds)
@@ -652,7 +602,7 @@ class AzureQueueBackend(CloudBackend):
         return out
 
     def send_delete(self, handles: Sequence[Handle]) -> list[Outcome]:
-        client = self._client()
+        client = self._clients.get()
         out: list[Outcome] = []
         for handle in handles:
             try:
@@ -690,83 +640,3 @@ class AzureQueueBackend(CloudBackend):
 
 def _close_client(client: QueueClient) -> None:
     client.close()
-
-
-def _body(content: Any) -> str | bytes:
-    if content is None:
-        return ""
-    if isinstance(content, (str, bytes)):
-        return content
-    if isinstance(content, (bytearray, memoryview)):
-        return bytes(content)
-    return str(content)
-
-
-@dataclass(frozen=True)
-class AzureQueueSpec:
-    """An Azure Storage queue.
-
-    With neither ``connection_string`` nor ``account_url``, the connection string
-    comes from ``AZURE_STORAGE_CONNECTION_STRING`` in the building process's
-    environment. With ``account_url``, the credential comes from
-    ``AZURE_STORAGE_SAS_TOKEN`` or ``AZURE_STORAGE_ACCOUNT_KEY`` (for account
-    ``account_name``, or the first label of the URL's host), else from
-    ``AZURE_STORAGE_CONNECTION_STRING``, else ``azure.identity.DefaultAzureCredential``.
-    A ``connection_string`` given here must hold no secret (no AccountKey or
-    SharedAccessSignature): the spec is pickled and shipped.
-    """
-
-    queue_name: str
-    connection_string: str | None = None
-    account_url: str | None = None
-    account_name: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.connection_string is not None and any(
-            key in self.connection_string.lower() for key in SECRET_KEYS
-        ):
-            raise ValueError(
-                f"{type(self).__name__}: this connection string holds a secret, and the spec "
-                "is pickled and shipped; set AZURE_STORAGE_CONNECTION_STRING in the building "
-                "process's environment instead (the renewer inherits the worker's; on Spark, "
-                "the executors' environment: spark.executorEnv.AZURE_STORAGE_CONNECTION_STRING)"
-            )
-        if self.connection_string is not None and self.account_url is not None:
-            raise ValueError(
-                f"{type(self).__name__}: give connection_string or account_url, not both"
-            )
-
-    def __repr__(self) -> str:
-        where = self.account_url or ("connection string" if self.connection_string else "env")
-        return f"{type(self).__name__}(queue_name={self.queue_name!r}, via={where!r})"
-
-    def build(self) -> AzureQueueBackend:
-        env_conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
-        if self.account_url is not None:
-            credential = self._credential()
-            if credential is None and env_conn:
-                client = QueueClient.from_connection_string(env_conn, self.queue_name)
-            else:
-                if credential is None:
-                    credential = credentials.azure_default_credential(self.account_url)
-                client = QueueClient(self.account_url, self.queue_name, credential=credential)
-        else:
-            conn = self.connection_string or env_conn
-            if not conn:
-                raise ConfigError(credentials.azure_no_connection_string(type(self).__name__))
-            client = QueueClient.from_connection_string(conn, self.queue_name)
-        return AzureQueueBackend(client)
-
-    def _credential(self) -> Any:
-        """A SAS token or account key from the environment, or None."""
-        sas = os.environ.get("AZURE_STORAGE_SAS_TOKEN")
-        if sas:
-            return sas
-        key = os.environ.get("AZURE_STORAGE_ACCOUNT_KEY")
-        if not key:
-            return None
-        account = self.account_name
-        if account is None:
-            assert self.account_url is not None
-            account = self.account_url.split("//", 1)[-1].split(".", 1)[0]
-        return {"account_name": account, "account_key": key}

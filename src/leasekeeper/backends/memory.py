@@ -11,25 +11,44 @@ your worker, then look at ``deleted_ids``, ``visible_count()``, ``receive_counts
 and the per-operation call counters. For a long run, ``history=False`` keeps
 only ``deleted_count``, so the queue's memory follows its backlog rather than
 every message it ever held.
+
+``leasekeeper.connect("memory://jobs")`` is the process-wide queue named "jobs"
+(``named_queue``). A MemoryQueue lives in this process's memory: it cannot be
+rebuilt in another process, so it has no ``spec()`` (the process renewer and Spark
+need a queue service).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import os
 import threading
 from collections import deque
-from collections.abc import Sequence
-from typing import Any, NamedTuple, NoReturn
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, NamedTuple, NoReturn
 
-from leasekeeper.backends.base import OK, Handle, Message, Outcome
+from leasekeeper.backends.base import (
+    OK,
+    Handle,
+    Message,
+    Outcome,
+    cap_margin,
+    check_attributes,
+    check_body,
+    check_count,
+    check_lease_age,
+    check_seconds,
+    is_seconds,
+)
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
 from leasekeeper.errors import ConfigError
 
 _OPERATIONS = ("receive", "extend", "delete", "release")
 _NOT_EXIST = Outcome("lost", detail="MessageNotExist")
 _STALE = Outcome("lost", detail="ReceiptHandleError")
+_NO_LIMIT = 2**31  # messages one receive may return: as many as there are
 
 
 class MemoryRecord(NamedTuple):
@@ -42,6 +61,7 @@ class MemoryRecord(NamedTuple):
     receive_count: int
     received_at: float
     visibility_timeout: float
+    attributes: Mapping[str, str] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -51,6 +71,7 @@ class MemoryRecord(NamedTuple):
 
 class _Stored:
     __slots__ = (
+        "attributes",
         "body",
         "cap_at",
         "id",
@@ -61,9 +82,12 @@ class _Stored:
         "visible_at",
     )
 
-    def __init__(self, id: str, body: str | bytes, visible_at: float) -> None:
+    def __init__(
+        self, id: str, body: str | bytes, visible_at: float, attributes: dict[str, str]
+    ) -> None:
         self.id = id
         self.body = body
+        self.attributes = attributes
         self.receipt = ""  # none until first received
         self.visible_at = visible_at
         self.receive_count = 0
@@ -75,13 +99,18 @@ class _Stored:
 class MemoryQueue:
     """An in-memory queue. Thread-safe.
 
-    ``visibility_timeout`` is the queue's default for receives. ``max_visibility``
-    caps a single extend; ``visibility_cap`` (optional) caps the total
-    invisibility after each receive, like SQS's 12 hours, so a lease that reaches
-    it is reported "capped". ``max_batch`` is how many entries one call takes.
-    ``history=False`` leaves ``deleted_ids`` and ``receive_counts`` empty (they
-    grow by one entry per message); ``deleted_count`` is kept either way.
+    ``visibility_timeout`` is the queue's default for receives; ``max_visibility``
+    caps one extend; ``max_lease_age`` (``visibility_cap``: its older name) caps the
+    total invisibility after each receive, like SQS's 12 hours ("capped").
+    ``max_batch`` entries a call (more: ValueError, as a service's "too many
+    entries"). ``history=False`` keeps only ``deleted_count``, not ``deleted_ids``
+    and ``receive_counts``. Arguments are checked as the cloud backends check
+    theirs, without rounding to whole seconds; messages carry attributes.
     """
+
+    #: Lives in this process: ``leasekeeper.connect`` leaves ``spec()`` refusing.
+    process_local: ClassVar[bool] = True
+    carries_attributes: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -92,19 +121,24 @@ class MemoryQueue:
         max_visibility: float = 43200.0,
         max_batch: int = 10,
         visibility_cap: float | None = None,
+        max_lease_age: float | None = None,
         name: str = "memory",
         history: bool = True,
     ) -> None:
-        if not visibility_timeout > 0:
-            raise ValueError(f"visibility_timeout must be > 0, got {visibility_timeout!r}")
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {max_batch!r}")
-        self.visibility_timeout = float(visibility_timeout)
+        self.max_visibility = check_seconds("max_visibility", max_visibility, low=1e-9)
+        self.visibility_timeout = check_seconds(
+            "visibility_timeout", visibility_timeout, low=1e-9, high=self.max_visibility
+        )
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+        if visibility_cap is not None and max_lease_age not in (None, visibility_cap):
+            raise ValueError("give max_lease_age or visibility_cap (its older name), not both")
+        self.max_lease_age = check_lease_age(
+            visibility_cap if max_lease_age is None else max_lease_age, math.inf
+        )
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.rotates_receipts = rotate_receipts
-        self.max_visibility = float(max_visibility)
         self.max_batch = max_batch
-        self.visibility_cap = visibility_cap
         self.name = name
         self._driven = isinstance(self.clock, DrivenClock)
         # Guards every record and index below; receivers long-poll on the condition.
@@ -132,11 +166,30 @@ class MemoryQueue:
         self._single_refused = 0
         self._batch_deleted = 0
 
+    @property
+    def visibility_cap(self) -> float | None:
+        """``max_lease_age``, None when there is none (its older name)."""
+        return None if self.max_lease_age == math.inf else self.max_lease_age
+
+    def sibling(self, name: str, *, create: bool = True) -> MemoryQueue:
+        """The process-wide queue ``name`` (``named_queue``), made like this one."""
+        with _named_lock:
+            found = _named.get(name)
+        return found or named_queue(
+            name,
+            visibility_timeout=self.visibility_timeout,
+            clock=self.clock,
+            rotate_receipts=self.rotates_receipts,
+            max_visibility=self.max_visibility,
+            max_batch=self.max_batch,
+            max_lease_age=self.max_lease_age,
+        )
+
     def spec(self) -> NoReturn:
         """A MemoryQueue lives in this process's memory: no other process can reach it."""
         raise ConfigError(
             f"{self!r} lives in this process's memory and cannot be rebuilt in another "
-            "process: renewer='process' needs SQS, MNS or Azure (renewer='thread' works)"
+            "process: renewer='process' and Spark need a queue service (renewer='thread' works)"
         )
 
     def __repr__(self) -> str:
@@ -144,13 +197,17 @@ class MemoryQueue:
 
     # ------------------------------------------------------------------ producing
 
-    def send(self, body: str | bytes, *, delay: float = 0.0) -> str:
-        """Add a message; it becomes visible after ``delay`` seconds. Returns its id."""
-        if not isinstance(body, (str, bytes)):
-            raise TypeError(f"body must be str or bytes, got {type(body).__name__}")
+    def send(
+        self, body: str | bytes, attributes: Mapping[str, str] | None = None, *, delay: float = 0.0
+    ) -> str:
+        """Add a message with these attributes; it becomes visible after ``delay``
+        seconds. Returns its id."""
+        check_body(body)
+        attrs = check_attributes(attributes, carried=True, service="MemoryQueue")
+        delay = check_seconds("delay", delay)
         with self._lock:
             message_id = f"m-{next(self._ids):06d}"
-            record = _Stored(message_id, body, self.clock.now() + delay)
+            record = _Stored(message_id, body, self.clock.now() + delay, attrs)
             self._records[message_id] = record
             if delay > 0:
                 self._hide(record, record.visible_at)
@@ -254,11 +311,13 @@ class MemoryQueue:
         wait_seconds: float = 0.0,
         visibility_timeout: float | None = None,
     ) -> list[Message]:
-        if not max_messages >= 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages!r}")
-        vis = self.visibility_timeout if visibility_timeout is None else float(visibility_timeout)
-        if not 0 < vis <= self.max_visibility:
-            raise ValueError(f"visibility_timeout must be in (0, {self.max_visibility:g}]")
+        max_messages = check_count("max_messages", max_messages, _NO_LIMIT)
+        wait_seconds = check_seconds("wait_seconds", wait_seconds)
+        vis = self.visibility_timeout
+        if visibility_timeout is not None:
+            vis = check_seconds(
+                "visibility_timeout", visibility_timeout, low=1e-9, high=self.max_visibility
+            )
         with self._lock:
             self._calls["receive"] += 1
             now = self.clock.now()
@@ -282,13 +341,24 @@ class MemoryQueue:
                     self.receive_counts[record.id] = record.receive_count
                 receipt = self._new_receipt(record)
                 self._hide(record, now + vis)
-                record.cap_at = None if self.visibility_cap is None else now + self.visibility_cap
-                raw = MemoryRecord(record.id, record.body, receipt, record.receive_count, now, vis)
+                age = self.max_lease_age
+                record.cap_at = None if age == math.inf else now + age
+                raw = MemoryRecord(
+                    record.id,
+                    record.body,
+                    receipt,
+                    record.receive_count,
+                    now,
+                    vis,
+                    record.attributes,
+                )
                 out.append(self._message(raw, record.cap_at))
             self._entries["receive"] += len(out)
             return out
 
     def _message(self, raw: MemoryRecord, cap_at: float | None) -> Message:
+        # The manager stops extending cap_margin before the queue's own cap, as on SQS.
+        hard = None if cap_at is None else cap_at - cap_margin(self.max_lease_age)
         return Message(
             id=raw.id,
             body=raw.body,
@@ -298,7 +368,8 @@ class MemoryQueue:
             visibility_timeout=raw.visibility_timeout,
             receive_count=raw.receive_count,
             raw=raw,
-            hard_deadline=cap_at,
+            hard_deadline=hard,
+            attributes=raw.attributes,
         )
 
     def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
@@ -306,13 +377,19 @@ class MemoryQueue:
         if not isinstance(raw, MemoryRecord):
             raise TypeError(f"MemoryQueue.adopt() takes a MemoryRecord, got {type(raw).__name__}")
         if visibility_timeout is not None:
-            raw = raw._replace(visibility_timeout=float(visibility_timeout))
+            seconds = check_seconds("visibility_timeout", visibility_timeout)
+            raw = raw._replace(visibility_timeout=seconds)
         with self._lock:
             record = self._records.get(raw.id)
             cap_at = None if record is None else record.cap_at
         return self._message(raw, cap_at)
 
     def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
+        if not handles:
+            return []
+        if not (is_seconds(timeout) and 0 < timeout <= self.max_visibility):
+            why = f"extend by {timeout!r}s is outside (0, {self.max_visibility:g}]s (not sent)"
+            return [Outcome("fatal", detail=f"InvalidArgument: {why}")] * len(handles)
         with self._lock:
             self._check_batch("extend", handles)
             now = self.clock.now()
@@ -321,9 +398,6 @@ class MemoryQueue:
                 found = self._check(handle)
                 if isinstance(found, Outcome):
                     out.append(found)
-                    continue
-                if timeout > self.max_visibility:
-                    out.append(Outcome("fatal", detail="InvalidArgument: timeout too long"))
                     continue
                 if found.cap_at is not None and now + timeout > found.cap_at:
                     out.append(Outcome("capped", detail="total visibility beyond the cap"))
@@ -356,6 +430,8 @@ class MemoryQueue:
                 return [OK]
             finally:
                 mutex.release()
+        if not handles:
+            return []
         with self._mutex:
             self._check_batch("delete", handles)
             return [self._delete_one(message_id, receipt) for message_id, receipt in handles]
@@ -379,6 +455,12 @@ class MemoryQueue:
         return OK
 
     def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
+        if not handles:
+            return []
+        if not (is_seconds(delay) and delay >= 0):
+            why = f"release delay {delay!r}s is not a number >= 0 (not sent)"
+            return [Outcome("fatal", detail=f"InvalidArgument: {why}")] * len(handles)
+        delay = min(delay, self.max_visibility)
         with self._lock:
             self._check_batch("release", handles)
             now = self.clock.now()
@@ -405,11 +487,26 @@ class MemoryQueue:
     def _check_batch(self, operation: str, handles: Sequence[Handle]) -> None:
         # Called with the lock held. Whole-call errors are caller bugs, as SQS's
         # TooManyEntriesInBatchRequest is.
-        if not handles:
-            raise ValueError(f"{operation}: empty batch")
         if len(handles) > self.max_batch:
             raise ValueError(
                 f"{operation}: {len(handles)} entries exceed max_batch ({self.max_batch})"
             )
         self._calls[operation] += 1
         self._entries[operation] += len(handles)
+
+
+_named: dict[str, MemoryQueue] = {}
+_named_lock = threading.Lock()
+
+
+def named_queue(name: str, **options: Any) -> MemoryQueue:
+    """The process-wide MemoryQueue ``name`` (``memory://name``), made with
+    ``options`` on first use; options for a queue that exists already are a
+    ValueError (they would be silently ignored)."""
+    with _named_lock:
+        queue = _named.get(name)
+        if queue is not None and options:
+            raise ValueError(f"memory://{name} exists already: options apply when it is first made")
+        if queue is None:
+            queue = _named[name] = MemoryQueue(name=name, **options)
+        return queue

@@ -13,71 +13,42 @@
             with manager.lease(message):
                 handle(message.body)
 
-How MNS maps onto the backend contract (see docs/backends/mns.md):
+Or ``leasekeeper.connect("mns://<account-id>.mns.<region>.aliyuncs.com/jobs")``. How
+MNS maps onto the backend contract (docs/backends/mns.md, docs/backend-semantics.md):
 
 - Every receive and every ChangeMessageVisibility issues a **new** ReceiptHandle
-  and kills the previous one, so ``rotates_receipts`` is True and every
-  successful extend or release answers ``Outcome("ok", receipt=<new>)``.
-- MNS has no batch ChangeMessageVisibility. The manager hands each chunk of
-  ``max_batch`` due leases to *one* pool thread, which would extend them one
-  after another; so ``max_batch`` is 1 and the manager spreads extends over its
-  ``max_concurrency`` threads. ``delete`` still uses BatchDeleteMessage (up to
-  16 handles a call) when it is given several handles; with one handle it uses
-  DeleteMessage.
-- ChangeMessageVisibility takes whole seconds, 1 to 43200. Extends round **up**
-  (the manager counts its deadline from the float it asked for, so a longer real
-  invisibility is the safe side), and so does a receive's long poll (0.5 s is a
-  1 s poll). A release cannot ask for 0 seconds: release
-  delays round **down** to whole seconds, but to at least **1 s**, so
-  ``release(delay=0)`` makes the message visible again after one second.
+  and kills the previous one: ``rotates_receipts`` is True.
+- No batch ChangeMessageVisibility: ``max_batch`` is 1 and the manager spreads
+  extends over its threads; a release is at least 1 s (MNS refuses 0).
 - A receive cannot choose its visibility timeout: the queue's VisibilityTimeout
-  applies. The backend reads it once (GetQueueAttributes), or takes it from
-  ``queue_visibility_timeout=``. When ``receive(visibility_timeout=T)`` asks for
-  another value, each received message gets a ChangeMessageVisibility to ``T``
-  right away (and its new handle); if that call fails the message keeps the
-  queue's timeout and the local deadline says so. Give the queue the same
-  VisibilityTimeout as ``LeaseConfig.visibility_timeout`` to save those calls.
-- ``received_at`` is read just before the request; the service's
-  NextVisibleTime (epoch ms) may only shorten the local deadline (a hint that
-  lies before the request was even sent is clock skew and is ignored, with a
-  warning). MNS documents no limit on the total invisibility, so
-  ``hard_deadline`` is None.
+  applies (read once, or ``queue_visibility_timeout=``); another
+  ``receive(visibility_timeout=T)`` costs one ChangeMessageVisibility per message.
+- The service's NextVisibleTime may only shorten the local deadline. MNS documents
+  no cap on the total invisibility: ``max_lease_age`` is ``math.inf`` (a message
+  still disappears after the queue's MessageRetentionPeriod, counted from its send).
+- Message attributes are MNS's user properties (sent as STRING ones).
 
 Threads: one ``mns.account.Account`` holds a single HTTP connection shared by
 every ``Queue`` obtained from it, and two threads using it at once corrupt each
 other's requests. So this backend never sends a request through the ``Queue``
-you pass in (not even receive): it reads that queue's name, endpoint, credentials
-provider and body encoding once, and every thread that calls the backend (the
-manager's dispatch threads, handler threads, your receive loop) gets its own
-``Account``/``Queue`` from a ``threading.local``, created on first use (and again
-after a fork, and after ``close()``; see ``leasekeeper.backends.base.ThreadClients``).
-Your ``Queue`` stays yours, to use from your own thread. The
-per-thread clients are built without the SDK's logger (it logs receipt handles)
-and with a 10 s socket timeout per call (``wait_seconds + 10`` s for a receive).
-
-Errors are mapped by ``classify_error`` on the MNS error code: MessageNotExist
-and ReceiptHandleError are "lost" (on receive, MessageNotExist means "no
-message"); QueueNotExist, authentication errors and malformed-request errors
-(InvalidArgument: a bug) are "fatal"; InternalError, ServiceUnavailable,
-QpsLimitExceeded and network errors are "retry". ``Outcome.detail`` is the error
-code; only for a malformed-request error does it add the service's message, with
-anything handle-like blanked out. A failed receive raises ``MNSQueueError``, a
-``leasekeeper.errors.ReceiveError``.
+you pass in: every thread that calls the backend gets its own ``Account``/``Queue``
+(``ThreadClients``), built like it, without the SDK's logger (it logs receipt
+handles) and with a 10 s socket timeout per call (``wait_seconds + 10`` s for a
+receive). Errors: ``classify_error``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+import math
 import re
-import threading
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 try:
     from mns.account import Account
     from mns.auth import StaticCredentialsProvider
+    from mns.message_property import MessagePropertyValue
     from mns.mns_exception import (
         MNSClientNetworkException,
         MNSClientParameterException,
@@ -87,6 +58,7 @@ try:
     from mns.mns_request import GetQueueAttributesRequest, GetQueueAttributesResponse
     from mns.queue import Message as MNSMessage
     from mns.queue import Queue as MNSQueue
+    from mns.queue import QueueMeta
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "leasekeeper.backends.mns needs aliyun-mns-sdk, which is not installed: "
@@ -95,21 +67,30 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
 
 from leasekeeper.backends.base import (
     REDACTED,
+    SKEW_MARGIN,
     CloudBackend,
     ErrorTable,
     Handle,
     Message,
     Outcome,
     OutcomeKind,
+    ReadOnce,
     ThreadClients,
+    check_lease_age,
+    clean_code,
+    codes,
+    epoch_seconds,
     is_seconds,
     redact,
+    text_body,
     whole_seconds,
 )
+from leasekeeper.backends.registry import URLSpec
+from leasekeeper.backends.spec import MNSSpec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
-from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
+from leasekeeper.errors import ReceiveError, ReceiveErrorKind
 
-__all__ = ["MNSBackend", "MNSQueueError", "classify_error", "scrub"]
+__all__ = ["MNSBackend", "MNSQueueError", "MNSSpec", "classify_error", "scrub"]
 
 log = logging.getLogger("leasekeeper.backends.mns")
 
@@ -118,62 +99,39 @@ MAX_DELETE_BATCH = 16  # BatchDeleteMessage
 MAX_RECEIVE = 16  # BatchReceiveMessage
 MAX_WAIT_SECONDS = 30  # long poll
 MAX_VISIBILITY = 43200  # ChangeMessageVisibility and the queue's VisibilityTimeout
+MAX_DELAY = 604800  # SendMessage's DelaySeconds
 MIN_VISIBILITY = 1  # ChangeMessageVisibility refuses 0
 # Socket timeout of a per-thread client for one extend/delete/release/attribute
 # call; a receive gets its long-poll wait on top.
 CALL_TIMEOUT = 10.0
-# adopt() trusts the service's clock for next_visible_time; allow this much skew.
-ADOPT_SKEW_MARGIN = 0.5
 
-LOST_CODES = frozenset({"MessageNotExist", "ReceiptHandleError"})
-RETRY_CODES = frozenset(
-    {
-        "InternalError",
-        "InternalServerError",
-        "ServiceUnavailable",
-        "ServiceBusy",
-        "QpsLimitExceeded",
-        "TimeExpired",  # the request arrived too late (408): a slow network, or skew
-        "RequestTimeout",
-    }
-)
-AUTH_CODES = frozenset(
-    {
-        "AccessDenied",
-        "InvalidAccessKeyId",
-        "SignatureDoesNotMatch",
-        "InvalidAuthorizationHeader",
-        "MissingAuthorizationHeader",
-        # STS token codes as other Aliyun services name them (not in MNS's code list).
-        "InvalidSecurityToken",
-        "SecurityTokenExpired",
-        "InvalidSecurityTokenExpired",
-        "Forbidden",
-    }
-)
-QUEUE_GONE_CODES = frozenset({"QueueNotExist", "QueueDeletedRecently"})
+AUTH_CODES = codes(
+    """
+    AccessDenied InvalidAccessKeyId SignatureDoesNotMatch InvalidAuthorizationHeader
+    MissingAuthorizationHeader InvalidSecurityToken SecurityTokenExpired
+    InvalidSecurityTokenExpired Forbidden
+    """
+)  # the STS token codes as other Aliyun services name them (not in MNS's code list)
+QUEUE_GONE_CODES = codes("QueueNotExist QueueDeletedRecently")
 # The service says a request leasekeeper built is malformed: a bug, not a lost lease.
-BUG_CODES = frozenset(
-    {
-        "InvalidArgument",
-        "InvalidQueryString",
-        "InvalidRequestURL",
-        "MalformedXML",
-        "InvalidDegist",  # sic: the service's spelling
-        "InvalidDateHeader",
-        "MissingDateHeader",
-        "MissingReceiptHandle",
-        "MissingVisibilityTimeout",
-        "InvalidQueueName",
-        "QueueNameLengthError",
-    }
-)
-FATAL_CODES = AUTH_CODES | QUEUE_GONE_CODES | BUG_CODES
+BUG_CODES = codes(
+    """
+    InvalidArgument InvalidQueryString InvalidRequestURL MalformedXML InvalidDegist
+    InvalidDateHeader MissingDateHeader MissingReceiptHandle MissingVisibilityTimeout
+    InvalidQueueName QueueNameLengthError
+    """
+)  # InvalidDegist: sic, the service's spelling
 ERRORS = ErrorTable(
-    lost=LOST_CODES, retry=RETRY_CODES, fatal=AUTH_CODES | QUEUE_GONE_CODES, bug=BUG_CODES
+    lost="MessageNotExist ReceiptHandleError",
+    # TimeExpired: the request arrived too late (408): a slow network, or skew
+    retry="""
+    InternalError InternalServerError ServiceUnavailable ServiceBusy QpsLimitExceeded
+    TimeExpired RequestTimeout
+    """,
+    fatal=AUTH_CODES | QUEUE_GONE_CODES,
+    bug=BUG_CODES,
 )
 
-_CODE_SHAPE = re.compile(r"[A-Za-z0-9._-]{1,100}")
 # A receipt handle (or anything like one) in free text: a token of 16+ base64/URL
 # characters with a digit in it. Error codes and English words have no digits.
 _TOKEN = re.compile(r"(?=[A-Za-z0-9+/=_%.-]*[0-9])[A-Za-z0-9+/=_%.-]{16,}")
@@ -190,10 +148,7 @@ def scrub(text: str, secrets: Iterable[str] = ()) -> str:
 
 
 def _code_of(exc: BaseException) -> str:
-    code = getattr(exc, "type", None)
-    if isinstance(code, str) and _CODE_SHAPE.fullmatch(code):
-        return code
-    return "UnknownError"
+    return clean_code(getattr(exc, "type", None)) or "UnknownError"
 
 
 def _kind_of_code(code: str) -> OutcomeKind:
@@ -219,16 +174,9 @@ def classify_error(exc: BaseException, secrets: Iterable[str] = ()) -> tuple[Out
 
     The detail names the error code (or the exception type), never the text of a
     receipt handle: for malformed-request codes it adds the service's message
-    with ``secrets`` and anything handle-like blanked out.
-
-    - lost: MessageNotExist, ReceiptHandleError;
-    - fatal: QueueNotExist; AccessDenied, InvalidAccessKeyId,
-      SignatureDoesNotMatch and the other authentication codes; InvalidArgument
-      and the other malformed-request codes (a bug); the SDK's own parameter
-      check (``MNSClientParameterException``);
-    - retry: InternalError, ServiceUnavailable, QpsLimitExceeded, TimeExpired and
-      unknown codes; ``MNSClientNetworkException`` (connection errors, timeouts,
-      a damaged answer); OSError and anything unexpected.
+    with ``secrets`` and anything handle-like blanked out. By ``ERRORS``; the SDK's
+    own parameter check is "fatal", network errors and unknown codes "retry"
+    (docs/backends/mns.md has the table).
     """
     if isinstance(exc, MNSServerException):
         code = _code_of(exc)
@@ -247,7 +195,7 @@ def classify_error(exc: BaseException, secrets: Iterable[str] = ()) -> tuple[Out
 
 
 class MNSQueueError(ReceiveError):
-    """A receive (or the queue-attribute read it needs) failed: MNS's ``ReceiveError``.
+    """A receive, a send or a queue read failed: MNS's ``ReceiveError``.
 
     ``kind`` is "retry" (transient) or "fatal"; ``detail`` the error code. The
     text is built from the code only: the SDK's exception is not chained (its
@@ -264,35 +212,7 @@ class MNSQueueError(ReceiveError):
 
 
 def _request_id(exc: BaseException) -> str:
-    rid = getattr(exc, "req_id", None)
-    return rid if isinstance(rid, str) and _CODE_SHAPE.fullmatch(rid) else ""
-
-
-def _body(content: Any) -> str | bytes:
-    """bytes (the SDK base64-decodes) -> str when valid UTF-8, bytes otherwise."""
-    if content is None:
-        return ""
-    if isinstance(content, (bytearray, memoryview)):
-        content = bytes(content)
-    if isinstance(content, bytes):
-        try:
-            return content.decode("utf-8")
-        except UnicodeDecodeError:
-            return content
-    if isinstance(content, str):
-        return content
-    return str(content)
-
-
-def _epoch_ms(value: Any) -> int | None:
-    """NextVisibleTime as an int (it is a str in ChangeVisibility answers)."""
-    if isinstance(value, bool):
-        return None
-    try:
-        ms = int(value)
-    except (TypeError, ValueError):
-        return None
-    return ms if ms > 1 else None  # an SDK Message() that was never received says 1
+    return clean_code(getattr(exc, "req_id", None))
 
 
 def _set_timeout(queue: Any, seconds: float) -> None:
@@ -325,11 +245,10 @@ class _Connection:
 class _QueueFactory:
     """Makes SDK Queues like the one given: same endpoint, credentials, encoding."""
 
-    def __init__(self, queue: Any, name: str) -> None:
+    def __init__(self, queue: Any) -> None:
         client = queue.mns_client
         scheme = "https" if getattr(client, "is_https", False) else "http"
-        self._endpoint = f"{scheme}://{client.host}"
-        self._name = name
+        self.endpoint = f"{scheme}://{client.host}"
         self._provider: Any = client.credentials_provider
         self._encoding = bool(getattr(queue, "encoding", True))
         self._keep_alive = bool(getattr(client.http, "keep_alive", True))
@@ -351,40 +270,51 @@ class _QueueFactory:
             )
         return provider
 
-    def new_queue(self) -> Any:
+    def new_queue(self, name: str) -> Any:
         """A new Account and Queue for the calling thread (never shared)."""
-        account = Account(self._endpoint, credentials_provider=self.credentials_provider())
+        account = Account(self.endpoint, credentials_provider=self.credentials_provider())
         client = account.mns_client
         client.version = self._version
         client.http.set_keep_alive(self._keep_alive)
-        queue = account.get_queue(self._name)
+        queue = account.get_queue(name)
         queue.set_encoding(self._encoding)
         return queue
+
+
+def _attributes(raw: Any) -> dict[str, str]:
+    """An SDK message's user properties (MessagePropertyValue objects), as text."""
+    found = getattr(raw, "user_properties", None)
+    return {
+        str(name): str(value.get_string_value_by_type())
+        for name, value in (found.items() if isinstance(found, Mapping) else ())
+        if hasattr(value, "get_string_value_by_type")
+    }
 
 
 class MNSBackend(CloudBackend):
     """leasekeeper's backend for one MNS queue.
 
-    ``MNSBackend(queue, *, clock=None, queue_visibility_timeout=None)``.
-    ``queue`` is an ``mns.queue.Queue`` (``Account(...).get_queue(name)``); the
-    backend copies its endpoint, credentials provider and encoding and never
-    sends a request through it (see the module docstring). ``queue_visibility_timeout``
-    is the queue's VisibilityTimeout, if you know it: otherwise it is read once
-    with GetQueueAttributes when first needed and cached (call
-    ``refresh_queue_attributes()`` after changing it).
+    ``queue`` is an ``mns.queue.Queue`` (``Account(...).get_queue(name)``): the
+    backend copies its endpoint, credentials provider and encoding and never sends
+    a request through it. ``queue_visibility_timeout`` is the queue's
+    VisibilityTimeout, if you know it: otherwise it is read once when first needed
+    (``refresh_queue_attributes()`` reads it again).
 
-    ``extend`` is ChangeMessageVisibility to ``ceil(timeout)`` seconds for each
-    handle (a new receipt each); ``release`` the same to the delay rounded down,
-    but at least 1 s (MNS refuses 0, so ``release(delay=0)`` makes the message
-    visible after one second); ``delete`` is DeleteMessage for one handle and
-    BatchDeleteMessage (16 a call) for several.
+    ``receive`` is BatchReceiveMessage (16 a call, a long poll up to 30 s rounded
+    up); ``extend`` and ``release`` are ChangeMessageVisibility (a new receipt each);
+    ``delete`` is DeleteMessage, or BatchDeleteMessage (16 a call) for several;
+    ``send`` is SendMessage (``delay`` up to 7 days). A failed receive, send or
+    attribute read raises ``MNSQueueError`` (an empty queue is ``[]``).
     """
 
     service = "MNS"
+    receipt_name = "receipt handle"
     logger = log
     bad_argument_code = "InvalidArgument"
     min_receive_visibility = MIN_VISIBILITY  # the change after a receive refuses 0
     min_release = MIN_VISIBILITY  # ChangeMessageVisibility refuses 0
+    carries_attributes = True
+    max_send_delay = float(MAX_DELAY)
 
     max_batch = MAX_BATCH
     max_visibility = float(MAX_VISIBILITY)
@@ -398,6 +328,7 @@ class MNSBackend(CloudBackend):
         *,
         clock: Clock | None = None,
         queue_visibility_timeout: float | None = None,
+        max_lease_age: float | None = None,
     ) -> None:
         if not isinstance(queue, MNSQueue):
             raise TypeError(
@@ -418,25 +349,44 @@ class MNSBackend(CloudBackend):
             )
         self.queue_name: str = str(queue.queue_name)
         self.host: str = host
-        scheme = "https" if getattr(client, "is_https", False) else "http"
-        self.endpoint: str = f"{scheme}://{host}"
+        self._factory = _QueueFactory(queue)
+        self.endpoint: str = self._factory.endpoint
         self._provider: Any = client.credentials_provider
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
-        self._factory = _QueueFactory(queue, self.queue_name)
+        self.max_lease_age = check_lease_age(max_lease_age, math.inf)
         self._clients = ThreadClients(
             lambda: _Connection(self._new_queue()), _close_connection, log
         )
-        # Guards _queue_vt.
-        self._lock = threading.Lock()
-        self._queue_vt: float | None = (
-            None if queue_visibility_timeout is None else float(queue_visibility_timeout)
+        self._given_vt = queue_visibility_timeout
+        self._queue_vt = ReadOnce(
+            self._read_visibility,
+            None if queue_visibility_timeout is None else float(queue_visibility_timeout),
         )
         self._skew_warned = False
 
-    def spec(self) -> MNSSpec:
-        """This endpoint and queue; credentials from the other process's environment
-        (``MNS_ACCESS_KEY_ID``/``MNS_ACCESS_KEY_SECRET``, see ``leasekeeper.backends.spec``)."""
-        return MNSSpec(self.endpoint, self.queue_name)
+    def spec(self) -> URLSpec:
+        """This endpoint and queue by URL; credentials from the other process's
+        environment (``MNS_ACCESS_KEY_ID``/``MNS_ACCESS_KEY_SECRET``, see ``from_url``)."""
+        return URLSpec.of(
+            f"mns://{self.host}/{self.queue_name}",
+            {
+                "secure": None if self.endpoint.startswith("https") else False,
+                "queue_visibility_timeout": self._given_vt,
+                "max_lease_age": None if self.max_lease_age == math.inf else self.max_lease_age,
+            },
+        )
+
+    def sibling(self, name: str, *, create: bool = False) -> MNSBackend:
+        """The queue ``name`` of the same endpoint, with the same credentials (with
+        ``create``, CreateQueue first: a queue that exists is kept as it is)."""
+        queue = self._factory.new_queue(name)
+        if create:
+            try:
+                self.call("CreateQueue", lambda: queue.create(QueueMeta()))
+            except MNSQueueError as exc:
+                if not exc.detail.startswith("QueueAlreadyExist"):
+                    raise
+        return MNSBackend(queue, clock=self.clock, max_lease_age=self.max_lease_age)
 
     def __repr__(self) -> str:
         return f"MNSBackend(host={self.host!r}, queue={self.queue_name!r})"
@@ -444,7 +394,7 @@ class MNSBackend(CloudBackend):
     # ------------------------------------------------------------------ clients
 
     def _new_queue(self) -> Any:
-        return self._factory.new_queue()
+        return self._factory.new_queue(self.queue_name)
 
     def _queue(self, timeout: float = CALL_TIMEOUT) -> Any:
         """This thread's own Queue (a new one after a fork: sockets are not shared)."""
@@ -458,15 +408,8 @@ class MNSBackend(CloudBackend):
         return connection.queue
 
     def close(self) -> None:
-        """Close the connections of the per-thread clients this backend made.
-
-        A thread that calls the backend afterwards gets a new client. The ``Queue``
-        you passed in is untouched: it is yours.
-        """
+        """Close the per-thread clients (a later call makes new ones); not your Queue."""
         self._clients.close()
-
-    def __enter__(self) -> MNSBackend:
-        return self
 
     def _secrets(self, handles: Iterable[str] = ()) -> list[str]:
         """What ``scrub`` must blank out of an error's text: these handles and the key."""
@@ -486,62 +429,37 @@ class MNSBackend(CloudBackend):
         Raises ``MNSQueueError`` when GetQueueAttributes fails (the RAM policy needs
         ``mns:GetQueueAttributes``, or pass ``queue_visibility_timeout=``).
         """
-        with self._lock:
-            cached = self._queue_vt
-        if cached is not None:
-            return cached
+        return self._queue_vt.get()
+
+    def _read_visibility(self) -> float:
         queue = self._queue()
         request = GetQueueAttributesRequest(self.queue_name)
         response = GetQueueAttributesResponse()
-        error: ReceiveError | None = None
-        try:
-            # The client call, not Queue.get_attributes(): that one fills deprecated
-            # QueueMeta fields and warns about each.
-            queue.mns_client.get_queue_attributes(request, response)
-        except Exception as exc:
-            error = self.receive_error(exc, "GetQueueAttributes")
-        if error is not None:
-            raise error  # outside the except block: no chained SDK exception
+        # The client call, not Queue.get_attributes(): that one fills deprecated
+        # QueueMeta fields and warns about each.
+        self.call(
+            "GetQueueAttributes", lambda: queue.mns_client.get_queue_attributes(request, response)
+        )
         seconds = response.visibility_timeout
         if not is_seconds(seconds) or not MIN_VISIBILITY <= seconds <= MAX_VISIBILITY:
             raise MNSQueueError(
                 "GetQueueAttributes", "retry", f"unexpected VisibilityTimeout {seconds!r}"
             )
-        with self._lock:
-            self._queue_vt = float(seconds)
         return float(seconds)
 
     def refresh_queue_attributes(self) -> float:
         """Forget the cached VisibilityTimeout and read it again."""
-        with self._lock:
-            self._queue_vt = None
+        self._queue_vt.forget()
         return self.queue_visibility_timeout()
 
     # ------------------------------------------------------------------ receiving
-
-    def receive(
-        self,
-        max_messages: int = 1,
-        wait_seconds: float = 0.0,
-        visibility_timeout: float | None = None,
-    ) -> list[Message]:
-        """Receive up to ``max_messages`` (at most 16 a call) with BatchReceiveMessage.
-
-        ``wait_seconds`` is the long poll, rounded **up** to whole seconds and capped
-        at 30. ``visibility_timeout`` (0 < T <= 43200): the queue's own timeout
-        applies to a receive; when T differs from it (after rounding T up), each
-        message is changed to T at once (one ChangeMessageVisibility each). None
-        keeps the queue's timeout. A failure raises ``MNSQueueError`` (a
-        ``ReceiveError``; an empty queue is ``[]``).
-        """
-        return super().receive(max_messages, wait_seconds, visibility_timeout)
 
     def receive_messages(self, count: int, wait: float, visibility: float | None) -> list[Message]:
         poll = whole_seconds(wait, up=True)
         queue_vt = self.queue_visibility_timeout()  # before receiving: never strand messages
         queue = self._queue(CALL_TIMEOUT + poll)
         received_at = self.clock.now()  # just before the request: rule 1
-        raws = self._receive_raw(queue, count, poll)
+        raws = self.call("receive", lambda: _receive_raw(queue, count, poll))
         if not raws:
             return []
         offset = self.clock.wall() - self.clock.now()  # epoch - monotonic, read together
@@ -549,16 +467,6 @@ class MNSBackend(CloudBackend):
             asked = queue_vt if visibility is None else visibility
             return [self._received(raw, received_at, min(asked, queue_vt), offset) for raw in raws]
         return self._rehide(raws, received_at, visibility, queue_vt, offset)
-
-    def _receive_raw(self, queue: Any, count: int, wait: int) -> list[Any]:
-        error: ReceiveError | None = None
-        try:
-            return list(queue.batch_receive_message(count, wait))
-        except Exception as exc:
-            if isinstance(exc, MNSServerException) and _code_of(exc) == "MessageNotExist":
-                return []  # on receive, MessageNotExist means "no message"
-            error = self.receive_error(exc)
-        raise error  # outside the except block: no chained SDK exception
 
     def new_receive_error(
         self, kind: ReceiveErrorKind, detail: str, operation: str, exc: BaseException
@@ -571,14 +479,11 @@ class MNSBackend(CloudBackend):
         return MNSQueueError(operation, kind, detail, _request_id(exc))
 
     def _rehide(
-        self,
-        raws: list[Any],
-        received_at: float,
-        asked: float,
-        queue_vt: float,
-        offset: float,
+        self, raws: list[Any], received_at: float, asked: float, queue_vt: float, offset: float
     ) -> list[Message]:
-        """Change each message's invisibility to ``asked`` (receive cannot choose it)."""
+        """Change each message's invisibility to ``asked`` (receive cannot choose it):
+        one that is lost meanwhile is skipped, one that fails otherwise keeps the
+        queue's timeout."""
         seconds = max(MIN_VISIBILITY, whole_seconds(asked, up=True))
         queue = self._queue()
         out: list[Message] = []
@@ -588,39 +493,32 @@ class MNSBackend(CloudBackend):
                 answer = queue.change_message_visibility(receipt, seconds)
             except Exception as exc:
                 kind, detail = classify_error(exc, self._secrets([receipt]))
-                if kind == "lost":
-                    log.warning(
-                        "message %r was lost right after the receive (%s); skipped",
-                        str(raw.message_id),
-                        detail,
-                    )
-                    continue
+                keep = kind != "lost"
                 log.warning(
-                    "could not change message %r to the asked visibility_timeout (%s: %s); "
-                    "it keeps the queue's %gs",
+                    "message %r: the change to the asked visibility_timeout failed (%s: %s); %s",
                     str(raw.message_id),
                     kind,
                     detail,
-                    queue_vt,
+                    f"it keeps the queue's {queue_vt:g}s" if keep else "skipped",
                 )
-                out.append(self._received(raw, received_at, min(asked, queue_vt), offset))
-                continue
-            new_receipt = getattr(answer, "receipt_handle", None)
-            if not isinstance(new_receipt, str) or not new_receipt:
-                log.warning("message %r: no receipt handle in the answer; skipped", raw.message_id)
+                if keep:
+                    out.append(self._received(raw, received_at, min(asked, queue_vt), offset))
                 continue
             # raw now describes the message as it is: newest handle, new deadline.
-            raw.receipt_handle = new_receipt
-            next_visible = _epoch_ms(getattr(answer, "next_visible_time", None))
-            if next_visible is not None:
-                raw.next_visible_time = next_visible
             # received_at stays the time before the receive: earlier than the change,
             # so received_at + asked is never later than the service's deadline.
+            raw.receipt_handle = getattr(answer, "receipt_handle", None)
+            if not isinstance(raw.receipt_handle, str) or not raw.receipt_handle:
+                log.warning("message %r: no receipt handle in the answer; skipped", raw.message_id)
+                continue
+            next_visible = epoch_seconds(getattr(answer, "next_visible_time", None))
+            if next_visible is not None:
+                raw.next_visible_time = round(next_visible * 1000)
             out.append(self._received(raw, received_at, asked, offset))
         return out
 
     def _received(self, raw: Any, received_at: float, vis: float, offset: float) -> Message:
-        hint = self._hint(raw, offset, margin=0.0)
+        hint = _hint(raw, offset, margin=0.0)
         if hint is not None and hint < received_at:
             # The service hid the message after this request was sent, for at least
             # a second: a hint before the request is the clocks disagreeing.
@@ -632,12 +530,20 @@ class MNSBackend(CloudBackend):
                     received_at - hint,
                 )
             hint = None
-        return _message(self, raw, received_at, vis, hint)
+        return self._message(raw, received_at, vis, hint)
 
-    @staticmethod
-    def _hint(raw: Any, offset: float, margin: float) -> float | None:
-        ms = _epoch_ms(getattr(raw, "next_visible_time", None))
-        return None if ms is None else ms / 1000.0 - offset - margin
+    def _message(self, raw: Any, received_at: float, vis: float, hint: float | None) -> Message:
+        return self.new_message(
+            id=raw.message_id,
+            receipt=raw.receipt_handle,
+            body=text_body(raw.message_body, decode=True),
+            raw=raw,
+            received_at=received_at,
+            visibility=vis,
+            count=raw.dequeue_count,
+            attributes=_attributes(raw),
+            deadline_hint=hint,
+        )
 
     def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
         """Turn an ``mns.queue.Message`` you received yourself into a Message to register.
@@ -653,16 +559,23 @@ class MNSBackend(CloudBackend):
             )
         if visibility_timeout is None:
             vis = self.queue_visibility_timeout()
-        elif is_seconds(visibility_timeout) and visibility_timeout >= 0:
-            vis = float(visibility_timeout)
         else:
-            raise ValueError(
-                f"visibility_timeout must be a number of seconds >= 0, got {visibility_timeout!r}"
-            )
+            vis = self.adopt_visibility(visibility_timeout)
         now = self.clock.now()
         offset = self.clock.wall() - now
-        hint = self._hint(raw, offset, margin=ADOPT_SKEW_MARGIN)
-        return _message(self, raw, now, vis, hint)
+        return self._message(raw, now, vis, _hint(raw, offset, margin=SKEW_MARGIN))
+
+    # ------------------------------------------------------------------ producing
+
+    def send_message(self, body: str | bytes, attributes: dict[str, str], delay: int) -> str:
+        if isinstance(body, bytes):
+            body = body.decode("utf-8")  # the SDK sends text; not UTF-8: ValueError
+        message = MNSMessage(body, delay_seconds=delay)
+        for name, value in attributes.items():
+            message.add_user_property(name, MessagePropertyValue.create_string(value))
+        queue = self._queue()
+        sent = self.call("send", lambda: queue.send_message(message))
+        return str(sent.message_id)
 
     # ------------------------------------------------------------------ the manager's calls
 
@@ -709,15 +622,9 @@ class MNSBackend(CloudBackend):
         """Per-entry outcomes of a partly failed BatchDeleteMessage (matched by handle)."""
         failed: dict[str, str] = {}
         for entry in sub_errors:
-            if not isinstance(entry, dict):
-                continue
-            receipt = entry.get("ReceiptHandle")
-            code = entry.get("ErrorCode")
-            if isinstance(receipt, str):
-                failed[receipt] = (
-                    code
-                    if isinstance(code, str) and _CODE_SHAPE.fullmatch(code)
-                    else ("UnknownError")
+            if isinstance(entry, dict) and isinstance(entry.get("ReceiptHandle"), str):
+                failed[entry["ReceiptHandle"]] = (
+                    clean_code(entry.get("ErrorCode")) or "UnknownError"
                 )
         secrets = self._secrets(h.receipt for h in handles)
         note = self.failure_note(exc, ())
@@ -750,56 +657,20 @@ class MNSBackend(CloudBackend):
         return f"request id {request_id}" if request_id else ""
 
 
+def _receive_raw(queue: Any, count: int, wait: int) -> list[Any]:
+    try:
+        return list(queue.batch_receive_message(count, wait))
+    except MNSServerException as exc:
+        if _code_of(exc) == "MessageNotExist":
+            return []  # on receive, MessageNotExist means "no message"
+        raise
+
+
+def _hint(raw: Any, offset: float, margin: float) -> float | None:
+    """The message's NextVisibleTime as local monotonic time, less ``margin``."""
+    epoch = epoch_seconds(getattr(raw, "next_visible_time", None))
+    return None if epoch is None else epoch - offset - margin
+
+
 def _close_connection(connection: _Connection) -> None:
     connection.queue.mns_client.close_connection()
-
-
-def _message(
-    backend: MNSBackend, raw: Any, received_at: float, vis: float, hint: float | None
-) -> Message:
-    """A leasekeeper Message of ``backend`` for the SDK message ``raw``."""
-    message_id = raw.message_id
-    if not isinstance(message_id, str) or not message_id:
-        raise ValueError("the MNS message has no message_id: it cannot be leased")
-    receipt = raw.receipt_handle
-    if not isinstance(receipt, str) or not receipt:
-        raise ValueError(
-            f"message {message_id!r} has no receipt handle (was it peeked or sent "
-            "rather than received?): it cannot be leased"
-        )
-    count = raw.dequeue_count
-    return Message(
-        id=message_id,
-        body=_body(raw.message_body),
-        receipt=receipt,
-        backend=backend,
-        received_at=received_at,
-        visibility_timeout=vis,
-        receive_count=count if isinstance(count, int) and count > 0 else 1,
-        raw=raw,
-        deadline_hint=hint,
-        hard_deadline=None,  # MNS documents no cap on the total invisibility
-    )
-
-
-@dataclass(frozen=True)
-class MNSSpec:
-    """An Aliyun MNS queue; credentials from the building process's environment:
-    ``MNS_ACCESS_KEY_ID``, ``MNS_ACCESS_KEY_SECRET`` and optionally
-    ``MNS_SECURITY_TOKEN`` (on a Spark cluster: ``spark.executorEnv.*``)."""
-
-    endpoint: str
-    queue_name: str
-
-    def build(self) -> MNSBackend:
-        access_id = os.environ.get("MNS_ACCESS_KEY_ID")
-        access_key = os.environ.get("MNS_ACCESS_KEY_SECRET")
-        if not access_id or not access_key:
-            raise ConfigError(
-                "an MNS spec builds its backend with MNS_ACCESS_KEY_ID and "
-                "MNS_ACCESS_KEY_SECRET from the environment, and they are not set there "
-                "(on a Spark cluster: spark.executorEnv.MNS_ACCESS_KEY_ID etc.)"
-            )
-        token = os.environ.get("MNS_SECURITY_TOKEN", "")
-        account = Account(self.endpoint, access_id, access_key, token)
-        return MNSBackend(account.get_queue(self.queue_name))

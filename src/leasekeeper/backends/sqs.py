@@ -12,66 +12,24 @@
             with manager.lease(message):
                 handle(message.body)
 
-How SQS maps onto the backend contract (see docs/backends/sqs.md):
-
-- A receipt handle is issued by every *receive* and is **not** rotated by
-  ChangeMessageVisibility, so ``rotates_receipts`` is False.
-- ``extend``/``release`` use ChangeMessageVisibilityBatch and ``delete`` uses
-  DeleteMessageBatch, for any number of handles (chunks of 10), even one: a
-  single code path, the same IAM permissions as the single calls
-  (sqs:ChangeMessageVisibility, sqs:DeleteMessage) and every entry's outcome read
-  from ``Successful``/``Failed``. The single-message APIs are never called; a
-  *whole-call* "lost" or "capped" answer on a batch of several entries (which does
-  not say which entry it is about) is resolved by re-sending each entry as a
-  batch of one.
-- VisibilityTimeout and WaitTimeSeconds are ints: extends round **up** (the
-  manager counts its deadline from the float it asked for, so a longer real
-  invisibility is the safe side), and so does a receive's long poll (0.5 s is a
-  1 s poll, not a 0 s one that would make an idle worker busy-poll; see
-  ``CloudBackend.receive`` for why the deadlines stay safe); release delays
-  round **down** (a released message, and on a FIFO queue its message group, is
-  never held back longer than asked).
-- SQS lets a message stay invisible at most 12 hours (43200 s) after the receive
-  that issued its handle. ``Message.hard_deadline`` is ``received_at + 43200 -
-  hard_deadline_margin`` (60 s by default), so the manager stops extending, and
-  reports the lease "capped", a minute before the service would refuse; the
-  service's own "beyond the limit" error is mapped to ``capped`` as well.
-
-Errors are mapped on both ``Error.Code`` and ``Error.QueryErrorCode`` (SQS speaks
-the JSON protocol in query-compatible mode, where ``Code`` carries the legacy name
-such as ``AWS.SimpleQueueService.NonExistentQueue`` and ``QueryErrorCode`` the
-short one), for whole-call errors and per-entry ``Failed`` codes alike: see
-``classify_error``. ``Outcome.detail`` carries error codes and fixed phrases only,
-never the service's message text, which can quote the receipt handle; the message
-text is logged at DEBUG level with anything handle-like scrubbed out. A failed
-``receive`` raises ``leasekeeper.errors.ReceiveError`` ("retry" or "fatal"), with
-the botocore exception chained as its cause (a receive request carries no receipt).
+Or ``leasekeeper.connect("https://sqs.eu-west-1.amazonaws.com/123456789012/jobs")``.
+See docs/backends/sqs.md, and docs/backend-semantics.md for what SQS really does.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
 import threading
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 try:
-    import boto3
-    from botocore.exceptions import (
-        BaseEndpointResolverError,
-        ClientError,
-        InvalidConfigError,
-        NoCredentialsError,
-        ParamValidationError,
-        PartialCredentialsError,
-        ProfileNotFound,
-        UnknownCredentialError,
-    )
-    from botocore.exceptions import ConnectionError as BotoConnectionError
-    from botocore.exceptions import HTTPClientError as BotoHTTPClientError
+    import boto3  # noqa: F401 - what the extra installs (leasekeeper.connect builds clients)
+    from botocore import exceptions as boto
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "leasekeeper.backends.sqs needs boto3, which is not installed: "
@@ -80,6 +38,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
 
 from leasekeeper.backends import credentials
 from leasekeeper.backends.base import (
+    OK,
     REDACTED,
     CloudBackend,
     ErrorTable,
@@ -87,103 +46,61 @@ from leasekeeper.backends.base import (
     Message,
     Outcome,
     OutcomeKind,
+    ReadOnce,
+    check_lease_age,
     check_seconds,
     chunked,
+    clean_code,
     redact,
+    said,
     whole_seconds,
 )
+from leasekeeper.backends.registry import URLSpec
+from leasekeeper.backends.spec import SQSSpec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
-from leasekeeper.errors import ConfigError, ReceiveError
+from leasekeeper.errors import ReceiveError
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
-    from mypy_boto3_sqs.type_defs import (
-        BatchResultErrorEntryTypeDef,
-        ChangeMessageVisibilityBatchRequestEntryTypeDef,
-        DeleteMessageBatchRequestEntryTypeDef,
-    )
 
-__all__ = ["SQSBackend", "classify_error", "classify_exception"]
+__all__ = ["SQSBackend", "SQSSpec", "classify_error", "classify_exception"]
 
 log = logging.getLogger("leasekeeper.backends.sqs")
 
 MAX_BATCH = 10
 MAX_VISIBILITY = 43200  # seconds: per call, and in total after a receive
 MAX_WAIT_SECONDS = 20
-DEFAULT_HARD_DEADLINE_MARGIN = 60.0
+MAX_DELAY = 900  # SendMessage's DelaySeconds
+MAX_ATTRIBUTES = 10  # MessageAttributes a message carries
 
 _LEGACY_PREFIX = "AWS.SimpleQueueService."
 
-# Codes after dropping the legacy "AWS.SimpleQueueService." prefix.
-_LOST_CODES = frozenset({"ReceiptHandleIsInvalid", "MessageNotInflight"})
-_RETRY_CODES = frozenset(
-    {
-        "RequestThrottled",
-        "ThrottlingException",
-        "Throttling",
-        "ThrottledException",
-        "TooManyRequestsException",
-        "RequestLimitExceeded",
-        "ServiceUnavailable",
-        "ServiceUnavailableException",
-        "InternalError",
-        "InternalFailure",
-        "InternalServerError",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "KmsThrottled",
-        "KMS.ThrottlingException",
-    }
-)
-_FATAL_CODES = frozenset(
-    {
-        "NonExistentQueue",
-        "QueueDoesNotExist",
-        "AccessDenied",
-        "AccessDeniedException",
-        "InvalidClientTokenId",
-        "SignatureDoesNotMatch",
-        "InvalidSignatureException",
-        "UnrecognizedClientException",
-        "IncompleteSignature",
-        "MissingAuthenticationToken",
-        "InvalidAccessKeyId",
-        "ExpiredToken",
-        "ExpiredTokenException",
-        "RequestExpired",
-        "InvalidSecurity",
-        "OptInRequired",
-        "NotAuthorized",
-        "UnsupportedOperation",
-        "InvalidAddress",
-        "KmsAccessDenied",
-        "KmsDisabled",
-        "KmsInvalidKeyUsage",
-        "KmsInvalidState",
-        "KmsNotFound",
-        "KmsOptInRequired",
-    }
-)
-# Whole-call errors that mean leasekeeper sent a malformed request.
-_BUG_CODES = frozenset(
-    {
-        "TooManyEntriesInBatchRequest",
-        "EmptyBatchRequest",
-        "BatchEntryIdsNotDistinct",
-        "InvalidBatchEntryId",
-        "BatchRequestTooLong",
-        "MissingParameter",
-        "InvalidParameterCombination",
-        "InvalidAction",
-        "ValidationError",
-        "ValidationException",
-        "MalformedQueryString",
-        "InvalidQueryParameter",
-        "SerializationException",
-    }
+# Codes after dropping the legacy "AWS.SimpleQueueService." prefix. "bug": whole-call
+# errors that mean leasekeeper sent a malformed request.
+ERRORS = ErrorTable(
+    lost="ReceiptHandleIsInvalid MessageNotInflight",
+    retry="""
+    RequestThrottled ThrottlingException Throttling ThrottledException
+    TooManyRequestsException RequestLimitExceeded ServiceUnavailable
+    ServiceUnavailableException InternalError InternalFailure InternalServerError
+    RequestTimeout RequestTimeoutException KmsThrottled KMS.ThrottlingException
+    """,
+    fatal="""
+    NonExistentQueue QueueDoesNotExist AccessDenied AccessDeniedException
+    InvalidClientTokenId SignatureDoesNotMatch InvalidSignatureException
+    UnrecognizedClientException IncompleteSignature MissingAuthenticationToken
+    InvalidAccessKeyId ExpiredToken ExpiredTokenException RequestExpired InvalidSecurity
+    OptInRequired NotAuthorized UnsupportedOperation InvalidAddress KmsAccessDenied
+    KmsDisabled KmsInvalidKeyUsage KmsInvalidState KmsNotFound KmsOptInRequired
+    """,
+    bug="""
+    TooManyEntriesInBatchRequest EmptyBatchRequest BatchEntryIdsNotDistinct
+    InvalidBatchEntryId BatchRequestTooLong MissingParameter InvalidParameterCombination
+    InvalidAction ValidationError ValidationException MalformedQueryString
+    InvalidQueryParameter SerializationException
+    """,
 )
 _INVALID_PARAMETER = frozenset({"InvalidParameterValue", "InvalidParameterValueException"})
-ERRORS = ErrorTable(lost=_LOST_CODES, retry=_RETRY_CODES, fatal=_FATAL_CODES, bug=_BUG_CODES)
 
 # InvalidParameterValue is told apart by its message text: (lower-cased phrase, kind, note).
 _INVALID_PARAMETER_CASES: tuple[tuple[str, OutcomeKind, str], ...] = (
@@ -196,18 +113,9 @@ _INVALID_PARAMETER_CASES: tuple[tuple[str, OutcomeKind, str], ...] = (
     ("parameter receipthandle is invalid", "lost", "receipt handle refused"),
 )
 
-_CODE_SHAPE = re.compile(r"[A-Za-z0-9._:#-]{1,100}")
+_MISSING = Outcome("retry", detail="entry missing from the batch response")
 # A receipt handle is a long base64-like token; scrub anything that looks like one.
-_TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
-_REDACTIONS = ((_TOKEN, REDACTED),)
-_ENTRY_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
-
-
-def _clean_code(code: object) -> str:
-    """An error code fit for a detail or a log line, or "" (codes are identifiers)."""
-    if not isinstance(code, str) or not _CODE_SHAPE.fullmatch(code):
-        return ""
-    return code
+_REDACTIONS = ((re.compile(r"[A-Za-z0-9+/=_-]{32,}"), REDACTED),)
 
 
 def _short(code: str) -> str:
@@ -238,7 +146,7 @@ def classify_error(
     definitive answer; the manager stops retrying when the lease's deadline
     passes), so a new transient error cannot end healthy leases.
     """
-    codes = [c for c in (_clean_code(code), _clean_code(query_code)) if c]
+    codes = [c for c in (clean_code(code), clean_code(query_code)) if c]
     shorts = {_short(c) for c in codes}
     detail = " / ".join(dict.fromkeys(codes)) or "unknown error"
     kind: OutcomeKind = "retry"
@@ -264,9 +172,19 @@ def classify_error(
     return kind, f"{detail}: {note}" if note else detail
 
 
+_NOT_CONFIGURED = (
+    boto.NoCredentialsError,
+    boto.PartialCredentialsError,
+    boto.UnknownCredentialError,
+    boto.ProfileNotFound,
+    boto.InvalidConfigError,
+    boto.BaseEndpointResolverError,
+)
+
+
 def _classify_exception(exc: BaseException) -> tuple[OutcomeKind, str, str]:
     """(kind, detail, message text) for an exception a boto3 call raised."""
-    if isinstance(exc, ClientError):
+    if isinstance(exc, boto.ClientError):
         error: Mapping[str, Any] = exc.response.get("Error", {}) or {}
         meta: Mapping[str, Any] = exc.response.get("ResponseMetadata", {}) or {}
         status = meta.get("HTTPStatusCode")
@@ -280,22 +198,12 @@ def _classify_exception(exc: BaseException) -> tuple[OutcomeKind, str, str]:
         return kind, detail, message
     name = type(exc).__name__
     # botocore's exception text may quote request parameters (receipts): never kept.
-    if isinstance(exc, (BotoConnectionError, BotoHTTPClientError)):
+    if isinstance(exc, (boto.ConnectionError, boto.HTTPClientError)):
         return "retry", name, ""
-    if isinstance(
-        exc,
-        (
-            NoCredentialsError,
-            PartialCredentialsError,
-            UnknownCredentialError,
-            ProfileNotFound,
-            InvalidConfigError,
-            BaseEndpointResolverError,
-        ),
-    ):
+    if isinstance(exc, _NOT_CONFIGURED):
         # Which variable is missing, and where it goes on a cluster (executors).
         return "fatal", f"{name}: {credentials.aws_configuration(exc)}", ""
-    if isinstance(exc, ParamValidationError):
+    if isinstance(exc, boto.ParamValidationError):
         return "fatal", f"{name}: malformed request (a leasekeeper bug, please report)", ""
     return "retry", name, ""
 
@@ -304,8 +212,7 @@ def classify_exception(exc: BaseException) -> tuple[OutcomeKind, str]:
     """``classify_error`` for an exception a boto3 SQS call raised (a ClientError or
     a botocore connection/configuration error): its outcome kind, and a detail that
     names the error code and never quotes the request or the service's message.
-    Useful around your own ``receive`` loop: "fatal" means stop, "retry" back off.
-    """
+    Useful around your own ``receive`` loop: "fatal" means stop, "retry" back off."""
     kind, detail, _ = _classify_exception(exc)
     return kind, detail
 
@@ -340,48 +247,71 @@ def _one_attempt(
     if getattr(http_response, "status_code", 200) < 300:
         return None
     name = getattr(operation, "name", "") or "SQS call"
-    raise ClientError(parsed, name)
+    raise boto.ClientError(parsed, name)
 
 
-def _int_attribute(attributes: Mapping[str, Any], name: str) -> int | None:
-    value = attributes.get(name)
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+def _int_attribute(attributes: object, name: str) -> int | None:
+    value = attributes.get(name) if isinstance(attributes, Mapping) else None
+    return int(value) if isinstance(value, (str, int)) and str(value).isdigit() else None
+
+
+def _message_attributes(data: Mapping[str, Any]) -> dict[str, str]:
+    """The String and Number MessageAttributes of a message dict, by name."""
+    found = data.get("MessageAttributes")
+    if not isinstance(found, Mapping):
+        return {}
+    return {
+        str(name): value["StringValue"]
+        for name, value in found.items()
+        if isinstance(value, Mapping)
+        and str(value.get("DataType", "")).startswith(("String", "Number"))
+        and isinstance(value.get("StringValue"), str)
+    }
 
 
 class SQSBackend(CloudBackend):
     """Leases on one SQS queue (standard or FIFO), through a boto3 SQS client.
 
     ``client`` is ``boto3.client("sqs", ...)`` (clients are thread-safe; resources
-    are not, so pass a client). ``queue_url`` is the queue's URL. ``clock`` is the
-    monotonic clock deadlines are measured on (the manager's, by default the
-    system's).
+    are not). ``clock`` is the monotonic clock deadlines are measured on (the
+    manager's). ``max_lease_age`` overrides SQS's 12 hours (a compatible service, a
+    test); ``cap_margin`` (min(60 s, 2 %)) is taken off it.
+
+    - ``receive``: ReceiveMessage (10 a call, long poll up to 20 s rounded up,
+      ``visibility_timeout`` 0-43200 s, None: the queue's VisibilityTimeout, read
+      once) with every attribute: ``receive_count`` is ApproximateReceiveCount,
+      ``attributes`` the String and Number MessageAttributes. ChangeMessageVisibility
+      keeps the receipt: ``rotates_receipts`` is False.
+    - ``extend``/``release``: ChangeMessageVisibilityBatch (the timeout rounded up,
+      the delay down), ``delete``: DeleteMessageBatch, for any number of handles,
+      even one: one code path and one set of IAM permissions.
+    - 12 hours after the receive SQS hides a message no longer: ``hard_deadline``
+      is that less ``cap_margin``, and SQS's "beyond the limit" error is ``capped``.
+    - ``send``: SendMessage (at most 10 attributes, ``delay`` up to 900 s).
+    - ``queue_attributes()``, ``redrive_policy()``: the queue's attributes, read once.
 
     leasekeeper retries a failed extend, delete or release itself, within each
-    lease's remaining time. So by default its own calls (ChangeMessageVisibilityBatch,
-    DeleteMessageBatch) make one attempt each: botocore's retries, whose backoff
-    knows nothing of the lease's deadline, are skipped for them through a
-    ``needs-retry`` event hook that touches no other call on the client.
-    ``client_retries=True`` leaves botocore's policy in charge of them too. Short
-    ``connect_timeout``/``read_timeout`` keep a hung call from eating the
-    extend threshold (see docs/backends/sqs.md).
+    lease's remaining time, so its own calls make one attempt each: a botocore
+    ``needs-retry`` hook ends them, and no other call on the client, after one
+    attempt. ``client_retries=True`` leaves them to botocore's policy too.
     """
 
     service = "SQS"
+    receipt_name = "receipt handle"
     logger = log
     bad_argument_code = "InvalidParameterValue"
     min_receive_visibility = 0  # VisibilityTimeout=0: received and visible at once
     min_release = 0
+    carries_attributes = True
+    attribute_limit = MAX_ATTRIBUTES
+    max_send_delay = float(MAX_DELAY)
+    chains_errors = True  # botocore's text for these calls quotes no receipt
 
     max_batch: int = MAX_BATCH
     max_visibility: float = float(MAX_VISIBILITY)
     rotates_receipts: bool = False
     max_receive: int = MAX_BATCH  # messages per ReceiveMessage
     max_wait_seconds: float = float(MAX_WAIT_SECONDS)  # longest long poll
-    #: Taken off SQS's 12-hour total so the manager stops extending in time.
-    hard_deadline_margin: float = DEFAULT_HARD_DEADLINE_MARGIN
 
     def __init__(
         self,
@@ -390,6 +320,7 @@ class SQSBackend(CloudBackend):
         *,
         clock: Clock | None = None,
         client_retries: bool = False,
+        max_lease_age: float | None = None,
     ) -> None:
         if not isinstance(queue_url, str) or not queue_url:
             raise ValueError("queue_url must be the queue's URL (a non-empty str)")
@@ -404,21 +335,44 @@ class SQSBackend(CloudBackend):
                     unique_id=f"leasekeeper-one-attempt-{operation}",
                 )
         self.queue_url = queue_url
+        self.fifo = queue_url.rstrip("/").endswith(".fifo")
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
-        # Guards the cached queue visibility timeout (fetched at most once).
-        self._attr_lock = threading.Lock()
-        self._queue_visibility: float | None = None
+        self.max_lease_age = check_lease_age(max_lease_age, float(MAX_VISIBILITY))
+        self._lease_age_given = max_lease_age is not None
+        self._attributes = ReadOnce(self._read_attributes)
         self._system_attribute_names = _supports_system_attribute_names(client)
 
-    def spec(self) -> SQSSpec:
-        """This queue, the client's region and endpoint; credentials from the other
-        process's AWS credential chain (see ``leasekeeper.backends.spec``)."""
+    def spec(self) -> URLSpec:
+        """This queue by URL, with the client's region and endpoint; credentials from
+        the other process's AWS credential chain (see ``leasekeeper.backends.spec``)."""
         meta = getattr(self._client, "meta", None)
-        return SQSSpec(
+        return URLSpec.of(
             self.queue_url,
-            region=getattr(meta, "region_name", None),
-            endpoint_url=getattr(meta, "endpoint_url", None),
+            {
+                "region": getattr(meta, "region_name", None),
+                "endpoint_url": getattr(meta, "endpoint_url", None),
+                "client_retries": self.client_retries or None,
+                "max_lease_age": self.max_lease_age if self._lease_age_given else None,
+            },
+        )
+
+    def sibling(self, name: str, *, create: bool = False) -> SQSBackend:
+        """The queue ``name`` through the same client (GetQueueUrl; with ``create``,
+        CreateQueue, which answers the URL of a queue that exists too)."""
+        if create:
+            attributes: Any = {"FifoQueue": "true"} if name.endswith(".fifo") else {}
+            answer = self.call(
+                "CreateQueue",
+                lambda: self._client.create_queue(QueueName=name, Attributes=attributes),
+            )
+        else:
+            answer = self.call("GetQueueUrl", lambda: self._client.get_queue_url(QueueName=name))
+        return SQSBackend(
+            self._client,
+            answer["QueueUrl"],
+            clock=self.clock,
             client_retries=self.client_retries,
+            max_lease_age=self.max_lease_age if self._lease_age_given else None,
         )
 
     def __repr__(self) -> str:
@@ -430,32 +384,44 @@ class SQSBackend(CloudBackend):
 
     # ------------------------------------------------------------------ queue settings
 
+    def queue_attributes(self, *, refresh: bool = False) -> Mapping[str, str]:
+        """Every attribute of the queue (GetQueueAttributes "All"), read once and
+        cached (``refresh=True`` reads them again). A failed read raises
+        ``ReceiveError`` (operation "GetQueueAttributes")."""
+        if refresh:
+            self._attributes.forget()
+        return self._attributes.get()
+
+    def _read_attributes(self) -> Mapping[str, str]:
+        response = self.call(
+            "GetQueueAttributes",
+            lambda: self._client.get_queue_attributes(
+                QueueUrl=self.queue_url, AttributeNames=["All"]
+            ),
+        )
+        return {str(k): str(v) for k, v in (response.get("Attributes") or {}).items()}
+
     def queue_visibility_timeout(self) -> float:
-        """The queue's VisibilityTimeout attribute, read once (GetQueueAttributes) and
-        cached. A failed read raises ``ReceiveError`` (operation "GetQueueAttributes")."""
-        with self._attr_lock:
-            if self._queue_visibility is None:
-                try:
-                    response = self._client.get_queue_attributes(
-                        QueueUrl=self.queue_url, AttributeNames=["VisibilityTimeout"]
-                    )
-                except Exception as exc:
-                    raise self.receive_error(exc, "GetQueueAttributes") from exc
-                value = response.get("Attributes", {}).get("VisibilityTimeout")
-                try:
-                    seconds = float(value) if value is not None else math.nan
-                except (TypeError, ValueError):
-                    seconds = math.nan
-                if not 0 <= seconds <= MAX_VISIBILITY:
-                    raise ReceiveError(
-                        "retry",
-                        "no usable VisibilityTimeout in the answer",
-                        operation="GetQueueAttributes",
-                        service=self.service,
-                    )
-                self._queue_visibility = seconds
-                log.debug("queue %s: VisibilityTimeout is %gs", self.queue_url, seconds)
-            return self._queue_visibility
+        """The queue's VisibilityTimeout attribute (from ``queue_attributes()``)."""
+        value = self.queue_attributes().get("VisibilityTimeout")
+        try:
+            seconds = float(value) if value is not None else math.nan
+        except ValueError:
+            seconds = math.nan
+        if not 0 <= seconds <= MAX_VISIBILITY:
+            raise ReceiveError(
+                "retry",
+                "no usable VisibilityTimeout in the answer",
+                operation="GetQueueAttributes",
+                service=self.service,
+            )
+        return seconds
+
+    def redrive_policy(self) -> Mapping[str, Any] | None:
+        """The queue's RedrivePolicy (``deadLetterTargetArn``, ``maxReceiveCount``)
+        from ``queue_attributes()``, or None when it has none."""
+        text = self.queue_attributes().get("RedrivePolicy")
+        return json.loads(text) if text else None
 
     def _visibility(self, visibility_timeout: float | None) -> float:
         if visibility_timeout is None:
@@ -464,64 +430,26 @@ class SQSBackend(CloudBackend):
 
     # ------------------------------------------------------------------ receiving
 
-    def receive(
-        self,
-        max_messages: int = 1,
-        wait_seconds: float = 0.0,
-        visibility_timeout: float | None = None,
-    ) -> list[Message]:
-        """ReceiveMessage: up to ``max_messages`` (at most 10 a call), long-polling up
-        to ``wait_seconds`` (at most 20; a fraction is rounded **up** to whole
-        seconds), hidden for ``visibility_timeout`` seconds (0-43200; default: the
-        queue's own, read once with GetQueueAttributes). A failure of the call
-        raises ``ReceiveError`` ("retry" or "fatal"; the botocore error is its cause).
-        """
-        return super().receive(max_messages, wait_seconds, visibility_timeout)
-
     def receive_messages(self, count: int, wait: float, visibility: float | None) -> list[Message]:
         vis = self._visibility(visibility)
-        # Up: 0.5 s is a 1 s long poll, not a 0 s one (an idle worker would
-        # busy-poll). The deadline below counts from before the request, so the
-        # poll's length never makes it later than SQS's own (CloudBackend.receive).
-        poll = whole_seconds(wait, up=True)
-        # Asking for the float's ceiling: the real invisibility is never shorter than
-        # the visibility the deadline is computed from.
-        asked = whole_seconds(vis, up=True)
+        # Both up: a 0.5 s poll is 1 s, not a 0 s busy poll; the real invisibility is
+        # never shorter than the one the deadline counts (CloudBackend.receive).
+        params: dict[str, Any] = {
+            "QueueUrl": self.queue_url,
+            "MaxNumberOfMessages": count,
+            "WaitTimeSeconds": whole_seconds(wait, up=True),
+            "VisibilityTimeout": whole_seconds(vis, up=True),
+            "MessageAttributeNames": ["All"],
+        }
+        if self._system_attribute_names:
+            params["MessageSystemAttributeNames"] = ["All"]
+        else:  # pragma: no cover - botocore older than MessageSystemAttributeNames
+            params["AttributeNames"] = ["All"]
         # Rule 1: the deadline counts from just before the request is sent.
         received_at = self.clock.now()
-        try:
-            if self._system_attribute_names:
-                response = self._client.receive_message(
-                    QueueUrl=self.queue_url,
-                    MaxNumberOfMessages=count,
-                    WaitTimeSeconds=poll,
-                    VisibilityTimeout=asked,
-                    MessageSystemAttributeNames=["All"],
-                    MessageAttributeNames=["All"],
-                )
-            else:  # pragma: no cover - botocore older than MessageSystemAttributeNames
-                response = self._client.receive_message(
-                    QueueUrl=self.queue_url,
-                    MaxNumberOfMessages=count,
-                    WaitTimeSeconds=poll,
-                    VisibilityTimeout=asked,
-                    AttributeNames=["All"],
-                    MessageAttributeNames=["All"],
-                )
-        except Exception as exc:
-            # A receive request carries no receipt: the botocore error may be chained.
-            raise self.receive_error(exc) from exc
-        hard_deadline = received_at + MAX_VISIBILITY - self.hard_deadline_margin
+        response = self.call("receive", lambda: self._client.receive_message(**params))
         messages = [
-            self._message(
-                data=raw,
-                raw=raw,
-                received_at=received_at,
-                visibility=vis,
-                deadline_hint=None,
-                hard_deadline=hard_deadline,
-            )
-            for raw in response.get("Messages", [])
+            self._message(raw, raw, received_at, vis) for raw in response.get("Messages", [])
         ]
         if messages:
             log.debug("received %d message(s) from %s", len(messages), self.queue_url)
@@ -529,13 +457,11 @@ class SQSBackend(CloudBackend):
 
     def _message(
         self,
-        *,
-        data: Mapping[str, object],
+        data: Mapping[str, Any],
         raw: Any,
         received_at: float,
         visibility: float,
-        deadline_hint: float | None,
-        hard_deadline: float,
+        deadline_hint: float | None = None,
     ) -> Message:
         missing = [key for key in ("MessageId", "ReceiptHandle", "Body") if key not in data]
         if missing:
@@ -543,47 +469,32 @@ class SQSBackend(CloudBackend):
                 f"an SQS message needs {', '.join(missing)}; got one with keys "
                 f"{sorted(str(key) for key in data)}"
             )
-        attributes = data.get("Attributes")
-        count = (
-            _int_attribute(attributes, "ApproximateReceiveCount")
-            if isinstance(attributes, Mapping)
-            else None
-        )
         body = data["Body"]
-        return Message(
+        return self.new_message(
             id=str(data["MessageId"]),
-            body=body if isinstance(body, (str, bytes)) else str(body),
             receipt=str(data["ReceiptHandle"]),
-            backend=self,
-            received_at=received_at,
-            visibility_timeout=visibility,
-            receive_count=count if count is not None and count > 0 else 1,
+            body=body if isinstance(body, (str, bytes)) else str(body),
             raw=raw,
+            received_at=received_at,
+            visibility=visibility,
+            count=_int_attribute(data.get("Attributes"), "ApproximateReceiveCount"),
+            attributes=_message_attributes(data),
             deadline_hint=deadline_hint,
-            hard_deadline=hard_deadline,
         )
 
     def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
-        """Lease a message you received yourself: a message dict from
-        ``client.receive_message(...)["Messages"]`` or a boto3 resource
-        ``sqs.Message`` (from ``queue.receive_messages()``).
-
-        Call it **right after** receiving: the local receive time is unknown, so it
-        is taken as now. Pass the ``visibility_timeout`` you received with; without
-        one, the queue's VisibilityTimeout is read once (GetQueueAttributes) and
-        cached. Attributes you asked for can only shorten the estimate: on a first
-        delivery (ApproximateReceiveCount 1) ApproximateFirstReceiveTimestamp is the
-        receive time itself, and the deadline and 12-hour cap are counted from it;
-        otherwise ApproximateFirstReceiveTimestamp and SentTimestamp are only known
-        to be earlier than the receive and shorten the deadline when that still
-        leaves it in the future (a redelivered or long-queued message is not
-        refused for an old timestamp).
+        """Lease a message you received yourself, **right after** receiving it: a
+        message dict from ``client.receive_message(...)["Messages"]`` or a boto3
+        resource ``sqs.Message``. Its deadline counts from now, with
+        ``visibility_timeout`` (None: the queue's); the timestamps SQS sent with it
+        may only shorten it, and on a first delivery date the 12-hour cap (see
+        docs/backends/sqs.md).
         """
         data, raw_obj = _native(raw, self.queue_url)
         visibility = self._visibility(visibility_timeout)
         now = self.clock.now()
         wall = self.clock.wall()
-        attributes: Mapping[str, Any] = data.get("Attributes") or {}
+        attributes = data.get("Attributes")
         count = _int_attribute(attributes, "ApproximateReceiveCount")
         first = _int_attribute(attributes, "ApproximateFirstReceiveTimestamp")
         sent = _int_attribute(attributes, "SentTimestamp")
@@ -592,14 +503,12 @@ class SQSBackend(CloudBackend):
             return now - (wall - epoch_ms / 1000.0)
 
         received_at = now
-        hard_deadline = now + MAX_VISIBILITY - self.hard_deadline_margin
         deadline_hint: float | None = None
-        if count == 1 and first is not None:
-            # This receive was the first, so its time is known (up to clock skew).
-            received = local(first)
-            if received < now:
-                deadline_hint = received + visibility
-                hard_deadline = received + MAX_VISIBILITY - self.hard_deadline_margin
+        if count == 1 and first is not None and local(first) < now:
+            # This receive was the first, so its time is known (up to clock skew):
+            # the deadline and the cap count from it.
+            received_at = local(first)
+            deadline_hint = received_at + visibility
         else:
             # Only known to be earlier than this receive: a shorter deadline, kept
             # when it still lies ahead.
@@ -608,28 +517,49 @@ class SQSBackend(CloudBackend):
                 hint = max(loose) + visibility
                 if now < hint < now + visibility:
                     deadline_hint = hint
-        return self._message(
-            data=data,
-            raw=raw_obj,
-            received_at=received_at,
-            visibility=visibility,
-            deadline_hint=deadline_hint,
-            hard_deadline=hard_deadline,
-        )
+        message = self._message(data, raw_obj, now, visibility, deadline_hint)
+        message.hard_deadline = self.hard_deadline_after(received_at)
+        return message
+
+    # ------------------------------------------------------------------ producing
+
+    def send(
+        self,
+        body: str | bytes,
+        attributes: Mapping[str, str] | None = None,
+        *,
+        delay: float = 0.0,
+        group_id: str | None = None,
+        deduplication_id: str | None = None,
+    ) -> str:
+        """SendMessage; returns the new message's id. ``group_id`` (MessageGroupId)
+        is required on a FIFO queue, which takes no per-message delay;
+        ``deduplication_id`` (MessageDeduplicationId) defaults there to a new one."""
+        attrs, seconds = self.send_arguments(body, attributes, delay)
+        params: dict[str, Any] = {
+            "QueueUrl": self.queue_url,
+            "MessageBody": body if isinstance(body, str) else body.decode("utf-8"),
+        }
+        if attrs:
+            params["MessageAttributes"] = {
+                name: {"DataType": "String", "StringValue": value} for name, value in attrs.items()
+            }
+        if self.fifo:
+            if not group_id:
+                raise ValueError("a FIFO queue needs group_id (its MessageGroupId) for send")
+            if seconds:
+                raise ValueError("a FIFO queue takes no per-message delay: send with delay=0")
+            params["MessageDeduplicationId"] = deduplication_id or uuid.uuid4().hex
+        elif deduplication_id is not None:
+            params["MessageDeduplicationId"] = deduplication_id
+        if group_id:
+            params["MessageGroupId"] = group_id
+        if seconds:
+            params["DelaySeconds"] = seconds
+        answer = self.call("send", lambda: self._client.send_message(**params))
+        return str(answer["MessageId"])
 
     # ------------------------------------------------------------------ batch operations
-
-    def extend(self, handles: Sequence[Handle], timeout: float) -> list[Outcome]:
-        """ChangeMessageVisibilityBatch to ``timeout`` seconds, rounded up."""
-        return super().extend(handles, timeout)
-
-    def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
-        """ChangeMessageVisibilityBatch to ``delay`` seconds, rounded down."""
-        return super().release(handles, delay)
-
-    def delete(self, handles: Sequence[Handle]) -> list[Outcome]:
-        """DeleteMessageBatch."""
-        return super().delete(handles)
 
     def send_extend(self, handles: Sequence[Handle], seconds: int) -> list[Outcome]:
         return self._run("extend", handles, seconds)
@@ -653,79 +583,51 @@ class SQSBackend(CloudBackend):
         self, operation: str, handles: Sequence[Handle], seconds: int | None
     ) -> list[Outcome]:
         """One batch call; raises what boto3 raises (``whole_call`` maps it)."""
-        ids = [str(index) for index in range(len(handles))]
+        entries: list[Any] = [
+            {"Id": str(index), "ReceiptHandle": handle.receipt}
+            for index, handle in enumerate(handles)
+        ]
+        client = self._client
+        if seconds is None:
+            call: Any = client.delete_message_batch
+        else:
+            call = client.change_message_visibility_batch
+            for entry in entries:
+                entry["VisibilityTimeout"] = seconds
         _OWN_CALL.active = not self.client_retries
         try:
-            if seconds is None:
-                delete_entries: list[DeleteMessageBatchRequestEntryTypeDef] = [
-                    {"Id": entry_id, "ReceiptHandle": handle.receipt}
-                    for entry_id, handle in zip(ids, handles, strict=True)
-                ]
-                response = self._client.delete_message_batch(
-                    QueueUrl=self.queue_url, Entries=delete_entries
-                )
-                successful = response.get("Successful", [])
-                failed = response.get("Failed", [])
-            else:
-                change_entries: list[ChangeMessageVisibilityBatchRequestEntryTypeDef] = [
-                    {"Id": entry_id, "ReceiptHandle": handle.receipt, "VisibilityTimeout": seconds}
-                    for entry_id, handle in zip(ids, handles, strict=True)
-                ]
-                change = self._client.change_message_visibility_batch(
-                    QueueUrl=self.queue_url, Entries=change_entries
-                )
-                successful = change.get("Successful", [])
-                failed = change.get("Failed", [])
+            response = call(QueueUrl=self.queue_url, Entries=entries)
         finally:
             _OWN_CALL.active = False
-        return self._outcomes(operation, handles, successful, failed)
+        return self._outcomes(operation, handles, response)
 
     def _outcomes(
-        self,
-        operation: str,
-        handles: Sequence[Handle],
-        successful: Sequence[Mapping[str, Any]],
-        failed: Sequence[BatchResultErrorEntryTypeDef] | Sequence[Mapping[str, Any]],
+        self, operation: str, handles: Sequence[Handle], answer: Mapping[str, Any]
     ) -> list[Outcome]:
-        """One outcome per handle, in order, from the batch's Successful/Failed lists."""
-        ids = [str(index) for index in range(len(handles))]
-        by_index = dict(zip(ids, handles, strict=True))
+        """One outcome per handle, in order, from a batch answer's ``Successful`` and
+        ``Failed`` entries (their Ids are the handles' indexes); in neither: "retry"."""
         receipts = [handle.receipt for handle in handles]
-        by_id: dict[str, Outcome] = {}
-        for entry in successful:
-            by_id[str(entry.get("Id"))] = Outcome("ok")
-        for entry in failed:
-            entry_id = str(entry.get("Id"))
-            code = str(entry.get("Code", "") or "")
-            text = str(entry.get("Message", "") or "")
-            sender_fault = entry.get("SenderFault")
+        found = {str(entry.get("Id")): OK for entry in answer.get("Successful", [])}
+        for entry in answer.get("Failed", []):
+            entry_id, text = str(entry.get("Id")), str(entry.get("Message", "") or "")
+            fault = entry.get("SenderFault")
             kind, detail = classify_error(
-                code,
-                "",
-                text,
-                sender_fault=sender_fault if isinstance(sender_fault, bool) else None,
+                str(entry.get("Code", "") or ""),
+                message=text,
+                sender_fault=fault if isinstance(fault, bool) else None,
             )
-            failure = by_id[entry_id] = Outcome(kind, detail=scrub(detail, receipts))
-            handle = by_index.get(entry_id)
-            self.log_failure(
+            found[entry_id] = failure = Outcome(kind, detail=scrub(detail, receipts))
+            which = [h for i, h in enumerate(handles) if str(i) == entry_id] or handles
+            self.log_failure(operation, which, failure, said(scrub(text, receipts)))
+        out = [found.get(str(index), _MISSING) for index in range(len(handles))]
+        if _MISSING in out:
+            log.warning(
+                "%s on %s: %d entries missing from both Successful and Failed; treated as "
+                "transient",
                 operation,
-                [handle] if handle is not None else handles,
-                failure,
-                _said(text, receipts),
+                self.queue_url,
+                out.count(_MISSING),
             )
-        out: list[Outcome] = []
-        for entry_id in ids:
-            outcome = by_id.get(entry_id)
-            if outcome is None:
-                log.warning(
-                    "%s on %s: entry %s missing from both Successful and Failed; "
-                    "treated as transient",
-                    operation,
-                    self.queue_url,
-                    entry_id,
-                )
-                outcome = Outcome("retry", detail="entry missing from the batch response")
-            out.append(outcome)
         return out
 
     # ------------------------------------------------------------------ errors
@@ -737,12 +639,7 @@ class SQSBackend(CloudBackend):
 
     def failure_note(self, exc: BaseException, receipts: Sequence[str]) -> str:
         _, _, text = _classify_exception(exc)
-        return _said(text, receipts)
-
-
-def _said(text: str, receipts: Sequence[str]) -> str:
-    """The service's own message for a log line, anything handle-like scrubbed out."""
-    return f"service said: {scrub(text, receipts)}" if text else ""
+        return said(scrub(text, receipts))
 
 
 def _native(raw: Any, queue_url: str) -> tuple[Mapping[str, Any], Any]:
@@ -782,23 +679,3 @@ def _supports_system_attribute_names(client: Any) -> bool:
         return "MessageSystemAttributeNames" in shape.members
     except Exception:  # an unusual client (a mock): use the current API
         return True
-
-
-@dataclass(frozen=True)
-class SQSSpec:
-    """An SQS queue; credentials from the building process's AWS credential chain
-    (environment, shared config/credentials files, instance or task role)."""
-
-    queue_url: str
-    region: str | None = None
-    endpoint_url: str | None = None
-    client_retries: bool = False  # SQSBackend's: leave botocore's retries on its calls
-
-    def build(self) -> SQSBackend:
-        try:
-            region = self.region or credentials.aws_region()
-            client = boto3.client("sqs", region_name=region, endpoint_url=self.endpoint_url)
-        except BaseEndpointResolverError as exc:  # NoRegionError: say which variable
-            detail = credentials.aws_configuration(exc)
-            raise ConfigError(f"{type(exc).__name__}: {detail}") from exc
-        return SQSBackend(client, self.queue_url, client_retries=self.client_retries)

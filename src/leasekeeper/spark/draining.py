@@ -50,7 +50,7 @@ from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import LeaseError, LeaseLost, LeaseTooShort
 from leasekeeper.lease import Lease, LeaseState
 from leasekeeper.manager import LeaseManager
-from leasekeeper.spark.sources import Source, build_backend
+from leasekeeper.spark.sources import Source, as_source, build_backend
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -398,10 +398,11 @@ def check_drain_args(
 
 def run_drain(
     spark: SparkSession,
-    source: Source,
-    handler: Handler,
+    source: Source | str | None = None,
+    handler: Handler | None = None,
     *,
     output: str,
+    queue: str | None = None,
     partitions: int | None = None,
     config: LeaseConfig | None = None,
     batch_size: int = 10,
@@ -411,6 +412,7 @@ def run_drain(
     renewer: Renewer = "thread",
 ) -> DrainResult:
     """``drain`` that also returns the totals (see ``drain``)."""
+    source = as_source(source, queue)
     if not callable(handler):
         raise TypeError(f"handler must be callable, got {type(handler).__name__}")
     if not callable(getattr(source, "build", None)):
@@ -503,10 +505,11 @@ def run_drain(
 
 def drain(
     spark: SparkSession,
-    source: Source,
-    handler: Handler,
+    source: Source | str | None = None,
+    handler: Handler | None = None,
     *,
     output: str,
+    queue: str | None = None,
     partitions: int | None = None,
     config: LeaseConfig | None = None,
     batch_size: int = 10,
@@ -515,7 +518,9 @@ def drain(
     max_messages: int | None = None,
     renewer: Renewer = "thread",
 ) -> DataFrame:
-    """Drain ``source`` with ``partitions`` Spark tasks running ``handler(message)``.
+    """Drain the queue ``queue=URL`` names (any URL ``leasekeeper.connect`` takes),
+    or ``source`` (``backend.spec()``, ``SQSSource``...), with ``partitions`` Spark
+    tasks running ``handler(message)``.
 
     ``handler``'s return value must be JSON-serialisable (stored as a string
     column). Each task stops when the queue has been empty for ``idle_seconds``,
@@ -541,6 +546,7 @@ def drain(
         source,
         handler,
         output=output,
+        queue=queue,
         partitions=partitions,
         config=config,
         batch_size=batch_size,

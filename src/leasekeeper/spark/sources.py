@@ -19,12 +19,14 @@ into the string options of the ``"leasekeeper"`` streaming format and back.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from leasekeeper.backends import spec as specs
 from leasekeeper.backends.base import Backend
+from leasekeeper.backends.registry import URLSpec, factory_for, parse_url
 from leasekeeper.backends.spec import BackendSpec
 
 #: Anything with ``build() -> Backend`` that pickles (the older name of BackendSpec).
@@ -36,20 +38,23 @@ Source = BackendSpec
 # tests/spark/test_sources.py checks them against the classes.
 SOURCE_KINDS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "sqs": (
-        "leasekeeper.backends.sqs",
+        "leasekeeper.backends.spec",
         "SQSSpec",
         "SQSSource",
         ("queue_url", "region", "endpoint_url", "client_retries"),
     ),
-    "mns": ("leasekeeper.backends.mns", "MNSSpec", "MNSSource", ("endpoint", "queue_name")),
+    "mns": ("leasekeeper.backends.spec", "MNSSpec", "MNSSource", ("endpoint", "queue_name")),
     "azure": (
-        "leasekeeper.backends.azure",
+        "leasekeeper.backends.spec",
         "AzureQueueSpec",
         "AzureQueueSource",
         ("queue_name", "connection_string", "account_url", "account_name"),
     ),
 }
 _SPARK_NAMES = {entry[2]: entry[1] for entry in SOURCE_KINDS.values()}
+#: The options of a queue by URL (``backend`` "url"; ``.option("queue", url)`` alone
+#: will do): its URL, and its URLSpec's options as JSON.
+URL_KEYS = ("queue", "queue_options")
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
@@ -72,9 +77,27 @@ def build_backend(source: Source) -> Backend:
     return source.build()
 
 
+def as_source(source: Source | str | None, queue: str | None = None) -> Source:
+    """The source a call names: ``queue=URL`` (or a URL given as the source) is the
+    URLSpec of that queue, checked here (ValueError for a malformed URL or a scheme
+    no installed package registers); a source is itself."""
+    if queue is not None and source is not None:
+        raise TypeError("give a source or queue=URL, not both")
+    url = queue if queue is not None else source
+    if isinstance(url, str):
+        factory_for(parse_url(url).scheme)
+        return URLSpec.of(url)
+    if url is None:
+        raise TypeError("name the queue: queue=URL (or a source such as backend.spec())")
+    return url
+
+
 def source_kind(source: object) -> str | None:
-    """``sqs``, ``mns`` or ``azure`` for one of the three sources, else None. (A
-    source's class is only ever loaded with its module, so nothing is imported.)"""
+    """``sqs``, ``mns`` or ``azure`` for one of the three sources, ``url`` for a
+    URLSpec, else None. (A source's class is only ever loaded with its module, so
+    nothing is imported.)"""
+    if isinstance(source, URLSpec):
+        return "url"
     for kind, (module_name, spec_name, _, _) in SOURCE_KINDS.items():
         module = sys.modules.get(module_name)
         if module is not None and type(source) is getattr(module, spec_name, None):
@@ -85,10 +108,15 @@ def source_kind(source: object) -> str | None:
 def source_options(source: object) -> dict[str, str]:
     """``source`` as string options: ``backend`` (its kind) and its set fields."""
     kind = source_kind(source)
+    if isinstance(source, URLSpec):
+        options = {"backend": "url", "queue": source.url}
+        if source.options:
+            options["queue_options"] = json.dumps(dict(source.options))
+        return options
     if kind is None:
         raise TypeError(
-            "source must be SQSSource, MNSSource or AzureQueueSource (the backends' specs: "
-            f"SQSSpec, MNSSpec, AzureQueueSpec), got {type(source).__name__}"
+            "source must be a queue's URLSpec (backend.spec(), or queue=URL), or SQSSource, "
+            f"MNSSource or AzureQueueSource, got {type(source).__name__}"
         )
     options = {"backend": kind}
     for field in dataclasses.fields(source):  # type: ignore[arg-type]
@@ -102,10 +130,14 @@ def source_from_options(options: Mapping[str, str]) -> Source:
     """The source that string options describe (keys lower-case): ``backend`` names
     the kind (sqs, mns, azure), the other keys its fields. Unknown keys are left to
     the caller; a missing required field raises ValueError."""
-    kind = options.get("backend", "").strip().lower()
+    kind = options.get("backend", "").strip().lower() or ("url" if "queue" in options else "")
+    if kind == "url":
+        given = json.loads(options.get("queue_options") or "{}")
+        return URLSpec.of(options.get("queue", ""), given)
     if kind not in SOURCE_KINDS:
         raise ValueError(
-            f"option 'backend' must be one of {', '.join(SOURCE_KINDS)}, got {kind or None!r}"
+            f"option 'backend' must be one of {', '.join(SOURCE_KINDS)} or url (or give the "
+            f"option queue=URL), got {kind or None!r}"
         )
     cls = source_class(kind)
     values: dict[str, Any] = {}

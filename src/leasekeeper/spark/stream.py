@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from leasekeeper.config import LeaseConfig
-from leasekeeper.spark.sources import Source
+from leasekeeper.spark.sources import Source, as_source
 from leasekeeper.spark.stream_options import DEFAULT_MAX_MESSAGES_PER_BATCH, stream_options
 
 if TYPE_CHECKING:
@@ -55,8 +55,9 @@ def register(spark: SparkSession) -> None:
 
 def read_stream(
     spark: SparkSession,
-    source: Source,
+    source: Source | str | None = None,
     *,
+    queue: str | None = None,
     config: LeaseConfig | None = None,
     max_messages_per_batch: int = DEFAULT_MAX_MESSAGES_PER_BATCH,
     partitions: int | None = None,
@@ -66,8 +67,10 @@ def read_stream(
     log_level: str | None = None,
     prefetch: int | None = None,
 ) -> DataFrame:
-    """A streaming DataFrame of the messages of ``source`` (``SQSSource``,
-    ``MNSSource`` or ``AzureQueueSource``); columns in ``leasekeeper.spark.stream_rows``.
+    """A streaming DataFrame of the messages of the queue ``queue=URL`` names (any
+    URL ``leasekeeper.connect`` takes), or of ``source`` (``backend.spec()``,
+    ``SQSSource``, ``MNSSource``, ``AzureQueueSource``); columns in
+    ``leasekeeper.spark.stream_rows``.
 
     ``config`` is the LeaseConfig of the reader's leases (its ``visibility_timeout``
     is also what each receive asks for). The reader keeps receiving while Spark
@@ -82,6 +85,7 @@ def read_stream(
     Credentials come from the *driver's* environment: the reader's process runs
     there; executors never call the queue service.
     """
+    source = as_source(source, queue)
     if partitions is None:
         try:
             partitions = max(1, int(spark.sparkContext.defaultParallelism))

@@ -40,6 +40,7 @@ from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError
 from leasekeeper.spark.sources import (
     SOURCE_KINDS,
+    URL_KEYS,
     Source,
     source_from_options,
     source_options,
@@ -48,7 +49,7 @@ from leasekeeper.spark.sources import (
 DEFAULT_MAX_MESSAGES_PER_BATCH = 1000
 
 _CONFIG_FIELDS = {field.name: field for field in dataclasses.fields(LeaseConfig)}
-_SOURCE_KEYS = {"backend"} | {name for kind in SOURCE_KINDS.values() for name in kind[3]}
+_SOURCE_KEYS = {"backend", *URL_KEYS} | {name for kind in SOURCE_KINDS.values() for name in kind[3]}
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -200,7 +201,7 @@ def stream_options(
     """``read_stream``'s arguments, checked, as ``StreamOptions``."""
     if config is not None and not isinstance(config, LeaseConfig):
         raise TypeError(f"config must be a LeaseConfig, got {type(config).__name__}")
-    source_options(source)  # TypeError for anything but the three sources
+    source_options(source)  # TypeError for anything but a URLSpec or the three sources
     return StreamOptions(
         source=source,
         config=config if config is not None else LeaseConfig(),

@@ -165,7 +165,24 @@ def _parse_raw_query(query: str) -> dict[str, str]:
     return params
 
 
-def _xml(root: str, children: Iterable[tuple[str, str]]) -> bytes:
+# A child of a response element: text, or (UserProperties) Name/Value/Type triples.
+Child = tuple[str, "str | tuple[tuple[str, str, str], ...]"]
+_PROPERTY_FIELDS = ("Name", "Value", "Type")
+
+
+def _add(parent: ET.Element, children: Iterable[Child]) -> None:
+    for name, value in children:
+        node = ET.SubElement(parent, name)
+        if isinstance(value, str):
+            node.text = value
+            continue
+        for triple in value:
+            item = ET.SubElement(node, "PropertyValue")
+            for tag, text in zip(_PROPERTY_FIELDS, triple, strict=True):
+                ET.SubElement(item, tag).text = text
+
+
+def _xml(root: str, children: Iterable[Child]) -> bytes:
     """Serialise ``<root xmlns=...><k>v</k>...</root>``.
 
     The namespace must be a plain default ``xmlns`` attribute: the SDK looks nodes
@@ -173,18 +190,15 @@ def _xml(root: str, children: Iterable[tuple[str, str]]) -> bytes:
     an ElementTree-style ``ns0:Message`` prefix.
     """
     element = ET.Element(root, {"xmlns": XMLNS})
-    for name, value in children:
-        ET.SubElement(element, name).text = value
+    _add(element, children)
     data: bytes = ET.tostring(element, encoding="utf-8", xml_declaration=True)
     return data
 
 
-def _xml_list(root: str, item: str, rows: Iterable[Sequence[tuple[str, str]]]) -> bytes:
+def _xml_list(root: str, item: str, rows: Iterable[Sequence[Child]]) -> bytes:
     element = ET.Element(root, {"xmlns": XMLNS})
     for row in rows:
-        child = ET.SubElement(element, item)
-        for name, value in row:
-            ET.SubElement(child, name).text = value
+        _add(ET.SubElement(element, item), row)
     data: bytes = ET.tostring(element, encoding="utf-8", xml_declaration=True)
     return data
 
@@ -210,6 +224,19 @@ def _parse_body(body: bytes, expected_roots: Sequence[str]) -> ET.Element:
 
 def _child_texts(element: ET.Element) -> dict[str, str]:
     return {_local(child.tag): child.text or "" for child in element}
+
+
+def _properties(element: ET.Element) -> tuple[tuple[str, str, str], ...]:
+    """A message's ``<UserProperties><PropertyValue><Name/><Value/><Type/>...``."""
+    found: list[tuple[str, str, str]] = []
+    for child in element:
+        if _local(child.tag) == "UserProperties":
+            for value in child:
+                fields = _child_texts(value)
+                found.append(
+                    (fields.get("Name", ""), fields.get("Value", ""), fields.get("Type", ""))
+                )
+    return tuple(found)
 
 
 def _int_in_range(name: str, raw: str, low: int, high: int) -> int:
@@ -242,6 +269,8 @@ class _Message:
     next_visible_ms: int
     first_dequeue_ms: int = 0
     dequeue_count: int = 0
+    # UserProperties as sent: (Name, Value, Type) each, returned with every receive.
+    properties: tuple[tuple[str, str, str], ...] = ()
     # Bumped whenever next_visible changes, so heap entries from before the change
     # are recognised as stale and skipped instead of being searched for.
     generation: int = 0
@@ -953,7 +982,8 @@ class MNSServer:
     def _send(self, name: str, body: bytes) -> _Response:
         root = _parse_body(body, ["Message", "Messages"])
         batch = _local(root.tag) == "Messages"
-        entries = [_child_texts(child) for child in root] if batch else [_child_texts(root)]
+        elements = list(root) if batch else [root]
+        entries = [_child_texts(element) for element in elements]
         if batch and not 1 <= len(entries) <= _MAX_BATCH:
             raise _MNSError(
                 400, "InvalidArgument", f"The count of messages should between 1 and {_MAX_BATCH}."
@@ -964,6 +994,8 @@ class MNSServer:
             now = self._clock.now()
             # Validate every entry before storing any, so a bad batch stores nothing.
             sent = [self._new_message(queue, entry, now) for entry in entries]
+            for message, element in zip(sent, elements, strict=True):
+                message.properties = _properties(element)
             queue.condition.notify_all()
         rows = [[("MessageId", m.message_id), ("MessageBodyMD5", m.body_md5)] for m in sent]
         if batch:
@@ -1047,9 +1079,9 @@ class MNSServer:
         return handle
 
     @staticmethod
-    def _message_row(message: _Message, handle: str) -> list[tuple[str, str]]:
+    def _message_row(message: _Message, handle: str) -> list[Child]:
         # All nine fields: the SDK reports RespDataDamaged if any one is missing.
-        return [
+        row: list[Child] = [
             ("MessageId", message.message_id),
             ("ReceiptHandle", handle),
             ("MessageBodyMD5", message.body_md5),
@@ -1060,6 +1092,9 @@ class MNSServer:
             ("DequeueCount", str(message.dequeue_count)),
             ("Priority", str(message.priority)),
         ]
+        if message.properties:
+            row.append(("UserProperties", message.properties))
+        return row
 
     def _resolve(self, queue: _Queue, handle: str) -> _Message:
         """The message whose *current* handle is ``handle``, or the matching error."""

@@ -1,0 +1,249 @@
+"""What happens to a message whose handler failed: ``Failures``, the poison-message policy.
+
+A failed message is released with a delay that grows per receive (``release_delay``
+grown by ``release_backoff``, jittered, at most ``release_delay_max``: by default
+1 s, 2 s, 4 s ... 5 min), so a handler that always fails is tried again a few times
+a minute at first and then every few minutes - never in a hot loop. A message
+received ``max_receives`` times that fails again is a poison message:
+
+- with a dead-letter queue (``dead_letter=``), its body and attributes are *sent*
+  there, with a few attributes of leasekeeper's own (where it came from, how often
+  it was received, the last error's type), and only *then* deleted from its queue:
+  a crash in between leaves a duplicate in the dead-letter queue, never a loss;
+- without one, it is left to the service, released as before: SQS moves it to the
+  queue's own dead-letter queue if the queue has a redrive policy (read once, and
+  said in one INFO line when a worker starts); otherwise it is retried for ever,
+  which a worker says in one WARNING when it starts.
+
+Every failure is one WARNING line naming the message id and its receive count
+(never a receipt). The same policy serves ``with held:``, ``with lease(msg):``,
+``@leased`` and the workers: they all end a failed message through it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from leasekeeper.backends.base import Backend
+from leasekeeper.config import LeaseConfig
+from leasekeeper.errors import ConfigError
+
+if TYPE_CHECKING:
+    from leasekeeper.lease import Lease
+
+__all__ = ["DEFAULT_MAX_RECEIVES", "Failures", "resolve_dead_letter"]
+
+log = logging.getLogger("leasekeeper.failures")
+
+#: ``max_receives`` when a ``dead_letter`` queue is given without one.
+DEFAULT_MAX_RECEIVES = 5
+#: The attributes leasekeeper adds to a dead-letter copy.
+SOURCE, RECEIVES, ERROR = "leasekeeper-source", "leasekeeper-receive-count", "leasekeeper-error"
+
+
+def resolve_dead_letter(target: Backend | str | None, source: Backend | None) -> Backend | None:
+    """The dead-letter queue ``target`` names: a backend as given; a URL (with a
+    ``://``) through ``leasekeeper.connect``; ``"poison"`` on a backend that has a
+    poison-queue convention (Azure: ``<queue>-poison``, created if missing); any other
+    name, the queue of that name beside ``source`` on the same service."""
+    if target is None or not isinstance(target, str):
+        return target
+    if "://" in target:
+        from leasekeeper.backends.registry import connect
+
+        return connect(target)
+    if source is None:
+        raise ConfigError(
+            f"dead_letter={target!r} names a queue beside the manager's backend; "
+            "give the manager a backend"
+        )
+    if target == "poison" and hasattr(source, "poison_queue"):
+        queue: Backend = source.poison_queue()
+        return queue
+    sibling = getattr(source, "sibling", None)
+    if sibling is None:
+        raise ConfigError(
+            f"{source!r} cannot open a queue by name: give dead_letter a backend or a URL"
+        )
+    queue = sibling(target, create=True)
+    return queue
+
+
+class Failures:
+    """The poison-message policy of one manager (see the module docstring)."""
+
+    def __init__(
+        self, config: LeaseConfig, dead_letter: Backend | None, rng: random.Random | None = None
+    ) -> None:
+        if dead_letter is not None and not callable(getattr(dead_letter, "send", None)):
+            raise ConfigError(f"dead_letter {dead_letter!r} cannot take messages (no send())")
+        self.dead_letter = dead_letter
+        self._config = config
+        # The jitter of release delays: seeded (jitter_seed) for a replayable test.
+        self._rng = rng if rng is not None else random.Random()
+        self.max_receives = config.max_receives
+        if self.max_receives is None and dead_letter is not None:
+            self.max_receives = DEFAULT_MAX_RECEIVES
+        self._lock = threading.Lock()  # guards dead_lettered and _announced
+        self.dead_lettered = 0
+        self._announced = False
+
+    def poisoned(self, lease: Lease) -> bool:
+        """Has ``lease``'s message had its last try (received ``max_receives`` times)?"""
+        return self.max_receives is not None and lease.receive_count >= self.max_receives
+
+    def fail(self, lease: Lease, error: BaseException | None, delay: float | None) -> None:
+        """End ``lease`` whose handler failed with ``error``, now: dead-letter a poison
+        message, release any other (after ``delay``, or the grown delay)."""
+        if self.dead_letters(lease) and self.dead_letter_now(lease, error):
+            return
+        seconds = self.delay_for(lease, delay)
+        lease.release(seconds)
+        if lease.state.value == "released":  # else lost meanwhile: reported as such
+            self.warn_released(lease, error, seconds)
+
+    def dead_letters(self, lease: Lease) -> bool:
+        """Does a failure of ``lease`` now send its message to the dead-letter queue?"""
+        return self.dead_letter is not None and self.poisoned(lease)
+
+    def delay_for(self, lease: Lease, delay: float | None) -> float:
+        """How long the failed message stays invisible: ``delay``, or ``release_delay``
+        grown per receive and jittered."""
+        if delay is not None:
+            return delay
+        return self._config.failed_delay(lease.receive_count, self._rng.uniform(0.8, 1.2))
+
+    def dead_letter_now(
+        self, lease: Lease, error: BaseException | None, *, traceback: bool = False
+    ) -> bool:
+        """Send ``lease``'s message to the dead-letter queue, then delete it. False
+        when the send failed (the caller releases it as any failed message)."""
+        if not self._copy(lease, error):
+            return False
+        lease.complete()  # only once the copy is in: a crash leaves a duplicate, not a loss
+        with self._lock:
+            self.dead_lettered += 1
+        log.warning(
+            "handler failed for message %r (receive %d%s)%s; moved to the dead-letter queue %r",
+            lease.id,
+            lease.receive_count,
+            self._of(),
+            _what(error),
+            self.dead_letter,
+            exc_info=error if traceback else None,
+        )
+        return True
+
+    def warn_released(
+        self,
+        lease: Lease,
+        error: BaseException | None,
+        delay: float,
+        *,
+        traceback: bool = False,
+    ) -> None:
+        """The one WARNING of a failure whose message was released (with ``error``'s
+        traceback when nobody else will see it: a worker swallows it)."""
+        tail = "; left to the queue's own redrive policy" if self.poisoned(lease) else ""
+        log.warning(
+            "handler failed for message %r (receive %d%s)%s; released: back in %.1fs%s",
+            lease.id,
+            lease.receive_count,
+            self._of(),
+            _what(error),
+            delay,
+            tail,
+            exc_info=error if traceback else None,
+        )
+
+    def _of(self) -> str:
+        return "" if self.max_receives is None else f" of {self.max_receives}"
+
+    def _copy(self, lease: Lease, error: BaseException | None) -> bool:
+        """Send ``lease``'s message to the dead-letter queue; False (logged) when the
+        send failed: then the message is released as any failed one."""
+        target = self.dead_letter
+        assert target is not None
+        message = lease.message
+        attributes: dict[str, str] = dict(getattr(message, "attributes", None) or {})
+        attributes[SOURCE] = _queue_name(message.backend)
+        attributes[RECEIVES] = str(lease.receive_count)
+        if error is not None:
+            attributes[ERROR] = type(error).__name__
+        try:
+            if getattr(target, "carries_attributes", True):
+                try:
+                    target.send(message.body, attributes)  # type: ignore[attr-defined]
+                except ValueError:
+                    # Too many attributes for the service (SQS takes ten): the
+                    # message's own are what matters.
+                    own = dict(getattr(message, "attributes", None) or {})
+                    target.send(message.body, own or None)  # type: ignore[attr-defined]
+            else:
+                target.send(message.body)  # type: ignore[attr-defined]
+        except Exception as exc:
+            log.error(
+                "could not send message %r to the dead-letter queue %r (%s); released instead",
+                lease.id,
+                target,
+                type(exc).__name__,
+            )
+            return False
+        return True
+
+    def announce(self, source: Backend | None) -> None:
+        """Say once, when a worker or a receive loop starts, where failing messages
+        end: the dead-letter queue, the queue's own redrive policy, or nowhere."""
+        with self._lock:
+            if self._announced:
+                return
+            self._announced = True
+        if self.dead_letter is not None:
+            log.info(
+                "a message whose handler fails %d times goes to the dead-letter queue %r",
+                self.max_receives,
+                self.dead_letter,
+            )
+            return
+        redrive = _redrive(source)
+        if redrive is not None:
+            log.info(
+                "the queue's redrive policy moves a message received %s times to %s",
+                redrive.get("maxReceiveCount", "?"),
+                redrive.get("deadLetterTargetArn", "its dead-letter queue"),
+            )
+            return
+        log.warning(
+            "a message whose handler keeps failing is retried for ever (with growing "
+            "delays): give max_receives and dead_letter (--max-receives, --dead-letter), "
+            "or the queue a redrive policy"
+        )
+
+
+def _what(error: BaseException | None) -> str:
+    # The type only: an exception's text may quote what it was handling.
+    return "" if error is None else f": {type(error).__name__}"
+
+
+def _redrive(source: Backend | None) -> Mapping[str, Any] | None:
+    read = getattr(source, "redrive_policy", None)
+    if read is None:
+        return None
+    try:
+        policy: Mapping[str, Any] | None = read()
+    except Exception as exc:  # the announcement must not stop a worker
+        log.info("could not read the queue's redrive policy (%s)", type(exc).__name__)
+        return None
+    return policy
+
+
+def _queue_name(backend: object) -> str:
+    for name in ("url", "queue_url", "name", "queue_name"):
+        value = getattr(backend, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(backend).__name__
