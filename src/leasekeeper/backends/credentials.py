@@ -11,7 +11,6 @@ names of variables, profiles and settings.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 AWS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
@@ -67,15 +66,6 @@ def aws_no_region() -> str:
     )
 
 
-def aws_region() -> str | None:
-    """The region a spec without one takes from this process's environment: boto3
-    reads ``AWS_DEFAULT_REGION`` (and the config file) but not ``AWS_REGION``, which
-    the other AWS SDKs and tools read; a spec honours both. None: boto3 decides."""
-    if os.environ.get("AWS_DEFAULT_REGION"):
-        return None
-    return os.environ.get("AWS_REGION") or None
-
-
 def aws_configuration(exc: BaseException) -> str:
     """What a botocore configuration error (NoCredentialsError, NoRegionError...)
     means and how to fix it. Reads only the names botocore keeps in ``kwargs``."""
@@ -92,13 +82,6 @@ def aws_configuration(exc: BaseException) -> str:
     if name == "ProfileNotFound":
         return f"the AWS profile {kwargs.get('profile')!r} is not in this process's config files"
     return "the client is not configured to reach the service (credentials, profile or region)"
-
-
-def azure_no_connection_string(spec: str) -> str:
-    """An Azure spec with neither a connection string nor an account URL."""
-    return missing_variables(
-        f"{spec} has no account_url and this process no connection string", [AZURE_CONNECTION]
-    )
 
 
 def azure_default_credential(account_url: str) -> object:
