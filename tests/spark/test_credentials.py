@@ -47,7 +47,10 @@ def secret_free(spec: object, *secrets: str) -> None:
 
 
 def test_a_spec_of_a_backend_with_keys_carries_none(moto_endpoint: str) -> None:
+    """``backend.spec()`` of a backend whose client holds keys: what Spark pickles into
+    every task names the queue, never the keys (nor do its options or repr)."""
     import boto3
+    from azure.storage.queue import QueueClient
     from mns.account import Account
 
     client = boto3.client(
@@ -57,25 +60,26 @@ def test_a_spec_of_a_backend_with_keys_carries_none(moto_endpoint: str) -> None:
         aws_access_key_id=AWS_KEY_ID,
         aws_secret_access_key=AWS_SECRET,
     )
-    sqs = SQSBackend(client, f"{moto_endpoint}/123456789012/jobs").spec()
-    assert sqs == SQSSpec(f"{moto_endpoint}/123456789012/jobs", "eu-west-1", moto_endpoint)
+    url = f"{moto_endpoint}/123456789012/jobs"
+    sqs = SQSBackend(client, url).spec()
+    assert url in repr(sqs) and "eu-west-1" in repr(sqs)
     secret_free(sqs, AWS_KEY_ID, AWS_SECRET)
 
     mns = MNSBackend(Account("http://127.0.0.1:1", "mns-id", MNS_KEY).get_queue("jobs")).spec()
-    assert mns == MNSSpec("http://127.0.0.1:1", "jobs")
     secret_free(mns, MNS_KEY)
 
     conn = (
         "DefaultEndpointsProtocol=http;AccountName=acct;"
         f"AccountKey={AZURE_KEY};QueueEndpoint=http://127.0.0.1:1/acct"
     )
-    from azure.storage.queue import QueueClient
-
     azure = AzureQueueBackend(QueueClient.from_connection_string(conn, "jobs")).spec()
-    assert azure.account_url == "http://127.0.0.1:1/acct" and azure.connection_string is None
     secret_free(azure, AZURE_KEY)
-    # And the string options of read_stream give back the same secret-free spec.
-    assert source_from_options(source_options(azure)) == azure
+    # The older spec classes (SQSSource...) hold no secret either; a connection
+    # string with a key is refused outright (test_stream_options.py).
+    secret_free(SQSSpec(url, "eu-west-1", moto_endpoint), AWS_KEY_ID)
+    for spec in (sqs, mns, azure):
+        # read_stream's string options give back the same secret-free spec.
+        assert source_from_options(source_options(spec)) == spec
 
 
 def test_no_aws_keys_names_the_variables_and_where_they_go(
