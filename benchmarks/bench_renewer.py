@@ -1,11 +1,21 @@
 """Measure 8: the renewer in another process, against the renewer thread.
 
-Three rows, thread vs process, in one run:
+Rows, thread vs process, in one run:
 
 1. register+complete round trip: what the process renewer's IPC costs. The
    backend answers at once (``benchmarks.nullq``), so what is timed is the lease
    machinery: in process mode one frame to the renewer (register) and one
    request/reply (complete). Target: process p50 under 100 µs.
+1b. the same at 8 handler threads at once (pairs a second, all threads together),
+   and a ``Worker`` of 8 handler threads running no-op jobs off a queue that
+   answers at once (messages a second, receive to delete): the worst case for
+   the process renewer, whose cost is all IPC. ``Worker`` and ``AsyncWorker``
+   renew in a process by default (``renewer="auto"``) when the worker's
+   throughput there is within 2x of the thread renewer's (issue 24); the ratios
+   come from this one run. Target: within 2x.
+1c. start-up of the renewer process, from asking for it to its "ready": with the
+   null backend (leasekeeper's own part) and with SQS (the renewer imports boto3
+   and builds its client). Target: under 1 s.
 2. lapses with a handler holding the GIL for 3x the visibility timeout: 5 leases
    at 2 s on the local MNS server (run as its own process, so the held GIL holds
    nothing the service needs); counted are the lapses the manager reports and the
@@ -34,8 +44,10 @@ from benchmarks.common import (
     Context,
     Row,
     fmt,
+    fmt_ratio,
     moto_server,
     percentile,
+    ratio,
     run_child,
     sqs_client,
 )
@@ -45,6 +57,9 @@ from leasekeeper import LeaseManager
 NAME = "renewer"
 TITLE = "8. renewer thread vs process"
 TARGET_ROUND_TRIP_US = 100.0
+TARGET_WORKER_RATIO = 2.0  # within this, Worker and AsyncWorker renew in a process by default
+TARGET_STARTUP_S = 1.0
+HANDLER_THREADS = 8
 GIL_VISIBILITY = 2.0
 FAILOVER_VISIBILITY = 30.0
 ACCESS = {"MNS_ACCESS_KEY_ID": "test-id", "MNS_ACCESS_KEY_SECRET": "test-key"}
@@ -66,6 +81,105 @@ def round_trips(mode: str, pairs: int) -> dict[str, Any]:
         samples.append(time.perf_counter_ns() - t0)
     manager.close()
     return {"p50_us": percentile(samples, 0.5) / 1000, "p99_us": percentile(samples, 0.99) / 1000}
+
+
+def concurrent_pairs(mode: str, pairs: int, threads: int = 8) -> dict[str, Any]:
+    """``threads`` handler threads, each registering and completing ``pairs / threads``
+    leases one after another: pairs a second, all threads together."""
+    import threading
+
+    backend = NullBackend()
+    manager = LeaseManager(backend, renewer=mode, visibility_timeout=60)  # type: ignore[arg-type]
+    per_thread = pairs // threads
+    batches = [
+        backend.receive(max_messages=per_thread, visibility_timeout=60) for _ in range(threads)
+    ]
+    for message in backend.receive(max_messages=200, visibility_timeout=60):  # warm-up
+        manager.register(message).complete()
+    start = threading.Barrier(threads + 1)
+
+    def run(messages: list[Any]) -> None:
+        start.wait()
+        for message in messages:
+            manager.register(message).complete()
+
+    workers = [threading.Thread(target=run, args=(batch,)) for batch in batches]
+    for worker in workers:
+        worker.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    took = time.perf_counter() - t0
+    manager.close()
+    return {"pairs_per_s": per_thread * threads / took, "threads": threads}
+
+
+class FiniteNull(NullBackend):
+    """The null backend with ``jobs`` messages on its queue, then none."""
+
+    def __init__(self, jobs: int) -> None:
+        super().__init__()
+        self.left = jobs
+
+    def receive(
+        self,
+        max_messages: int = 1,
+        wait_seconds: float = 0.0,
+        visibility_timeout: float | None = None,
+    ) -> list[Any]:
+        n = min(max_messages, self.left)
+        self.left -= n
+        return super().receive(n, wait_seconds, visibility_timeout) if n else []
+
+
+def worker_throughput(mode: str, jobs: int, concurrency: int = 8) -> dict[str, Any]:
+    """A Worker of ``concurrency`` handler threads running ``jobs`` no-op jobs off a
+    queue that answers at once: messages a second, first receive to last delete."""
+    from leasekeeper import Worker
+
+    backend = FiniteNull(jobs)
+    done = 0
+
+    def handler(message: Any) -> None:
+        pass
+
+    worker = Worker(
+        backend,  # type: ignore[arg-type]
+        handler,
+        concurrency=concurrency,
+        wait_seconds=0.05,
+        renewer=mode,  # type: ignore[arg-type]
+        visibility_timeout=60,
+    )
+    t0 = time.perf_counter()
+    stats = worker.run(until_idle=0.3)
+    took = time.perf_counter() - t0 - 0.3  # less the idle wait that ends the run
+    done = stats.completed
+    return {"messages_per_s": done / took, "completed": done, "of": jobs}
+
+
+def startup(service: str) -> dict[str, Any]:
+    """Seconds from asking for a renewer process to its "ready" (three tries: the
+    median), in a fresh interpreter whose renewer imports what the service needs."""
+    samples: list[float] = []
+    if service == "null":
+        for _ in range(3):
+            t0 = time.perf_counter()
+            manager = LeaseManager(NullBackend(), renewer="process")  # type: ignore[arg-type]
+            samples.append(time.perf_counter() - t0)
+            manager.close()
+        return {"seconds": sorted(samples)[1]}
+    os.environ.update(MOTO_ENV)
+    with moto_server() as endpoint:
+        url = sqs_client(endpoint).create_queue(QueueName="startup")["QueueUrl"]
+        backend = _sqs_backend(url)
+        for _ in range(3):
+            t0 = time.perf_counter()
+            manager = LeaseManager(backend, renewer="process")
+            samples.append(time.perf_counter() - t0)
+            manager.close()
+    return {"seconds": sorted(samples)[1]}
 
 
 # ---------------------------------------------------------------------- the MNS server
@@ -245,6 +359,71 @@ def failover_trial(mode: str, service: str = "sqs", count: int = 20) -> dict[str
 # ---------------------------------------------------------------------- report
 
 
+def _cost_rows(
+    result: BenchResult,
+    concurrent: dict[str, dict[str, Any]],
+    throughput: dict[str, dict[str, Any]],
+    starts: dict[str, dict[str, Any]],
+) -> None:
+    """The rows that decide the workers' default renewer, and its start-up."""
+
+    def rate(figures: dict[str, Any], key: str, mode: str) -> str:
+        if key not in figures:
+            return f"{mode}: error ({figures.get('error', '?')})"
+        return f"{mode}: {figures[key]:,.0f}/s"
+
+    pairs = {mode: figures.get("pairs_per_s") for mode, figures in concurrent.items()}
+    slower = ratio(pairs["thread"], pairs["process"])
+    result.rows.append(
+        Row(
+            measure=(
+                f"register+complete at {HANDLER_THREADS} handler threads, answering backend "
+                "(pairs a second, all threads)"
+            ),
+            leasekeeper=rate(concurrent["process"], "pairs_per_s", "process"),
+            baselines=rate(concurrent["thread"], "pairs_per_s", "thread"),
+            ratio=fmt_ratio(slower, "the thread renewer's rate"),
+            note="each complete is a request/reply to the renewer process",
+        )
+    )
+    cost = ratio(
+        throughput["thread"].get("messages_per_s"), throughput["process"].get("messages_per_s")
+    )
+    result.rows.append(
+        Row(
+            measure=(
+                f"Worker throughput, {HANDLER_THREADS} handler threads, no-op jobs, answering "
+                "backend (messages a second)"
+            ),
+            leasekeeper=rate(throughput["process"], "messages_per_s", "process"),
+            baselines=rate(throughput["thread"], "messages_per_s", "thread"),
+            ratio=fmt_ratio(cost, "the thread renewer's rate"),
+            target=(
+                f"process within {TARGET_WORKER_RATIO:g}x: then Worker and AsyncWorker renew "
+                "in a process by default"
+            ),
+            met=cost is not None and cost <= TARGET_WORKER_RATIO,
+        )
+    )
+
+    def start_cell(service: str) -> str:
+        figures = starts[service]
+        if "seconds" not in figures:
+            return f"{service}: error ({figures.get('error', '?')})"
+        return f"{service}: {fmt(figures['seconds'], 's')}"
+
+    result.rows.append(
+        Row(
+            measure="renewer process start-up, asked for to ready (median of 3, fresh process)",
+            leasekeeper=start_cell("null") + "; " + start_cell("sqs"),
+            baselines="thread: none",
+            target=f"< {TARGET_STARTUP_S:g} s",
+            met=all(figures.get("seconds", 99.0) < TARGET_STARTUP_S for figures in starts.values()),
+            note="with SQS the renewer imports boto3 and builds its client",
+        )
+    )
+
+
 def _trip(mode: str, figures: dict[str, Any]) -> str:
     return f"{mode}: p50 {fmt(figures['p50_us'], 'µs')}, p99 {fmt(figures['p99_us'], 'µs')}"
 
@@ -256,6 +435,23 @@ def run(ctx: Context) -> BenchResult:
         m: run_child("benchmarks.bench_renewer:round_trips", mode=m, pairs=pairs)
         for m in ("thread", "process")
     }
+    jobs = ctx.pick(5000, 20000)
+    concurrent = {
+        m: run_child(
+            "benchmarks.bench_renewer:concurrent_pairs", mode=m, pairs=jobs, threads=HANDLER_THREADS
+        )
+        for m in ("thread", "process")
+    }
+    throughput = {
+        m: run_child(
+            "benchmarks.bench_renewer:worker_throughput",
+            mode=m,
+            jobs=jobs,
+            concurrency=HANDLER_THREADS,
+        )
+        for m in ("thread", "process")
+    }
+    starts = {s: run_child("benchmarks.bench_renewer:startup", service=s) for s in ("null", "sqs")}
     gil = {
         m: run_child("benchmarks.bench_renewer:gil_trial", mode=m) for m in ("thread", "process")
     }
@@ -270,6 +466,9 @@ def run(ctx: Context) -> BenchResult:
     )
     result.figures = {
         "round_trip": trips,
+        "concurrent_pairs": concurrent,
+        "worker_throughput": throughput,
+        "startup": starts,
         "gil": gil,
         "failover": failover,
         "failover_mns": mns_failover,
@@ -287,6 +486,8 @@ def run(ctx: Context) -> BenchResult:
                 met=process["p50_us"] < TARGET_ROUND_TRIP_US,
             )
         )
+
+    _cost_rows(result, concurrent, throughput, starts)
 
     def gil_cell(mode: str) -> str:
         g = gil[mode]

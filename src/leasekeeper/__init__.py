@@ -12,6 +12,7 @@ from leasekeeper.backends.base import Backend, Handle, Message, Outcome
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.backends.registry import connect
 from leasekeeper.config import LeaseConfig
+from leasekeeper.current import current_lease
 from leasekeeper.defaults import (
     configure,
     default_manager,
@@ -34,6 +35,7 @@ from leasekeeper.manager import LeaseManager, Stats
 from leasekeeper.process_renewer import ProcessRenewer
 from leasekeeper.reasons import LostReason
 from leasekeeper.renewer import Renewer
+from leasekeeper.rollover import Lineage, Rollover
 from leasekeeper.thread_renewer import ThreadRenewer
 from leasekeeper.worker import Worker, WorkerStats
 
@@ -52,6 +54,7 @@ __all__ = [
     "LeaseScope",
     "LeaseState",
     "LeaseTooShort",
+    "Lineage",
     "LostReason",
     "ManagerClosed",
     "MemoryQueue",
@@ -60,6 +63,7 @@ __all__ = [
     "ProcessRenewer",
     "ReceiveError",
     "Renewer",
+    "Rollover",
     "Stats",
     "ThreadRenewer",
     "WatchLease",
@@ -68,6 +72,7 @@ __all__ = [
     "__version__",
     "configure",
     "connect",
+    "current_lease",
     "default_manager",
     "lease",
     "leased",

@@ -16,7 +16,7 @@ import math
 import re
 from typing import Any
 
-from leasekeeper.config import LeaseConfig
+from leasekeeper.config import ON_CAP_CHOICES, LeaseConfig
 from leasekeeper.errors import ConfigError
 
 __all__ = [
@@ -73,7 +73,11 @@ FIELD_VALUES: dict[str, tuple[type[int] | type[float], float, bool, str | None]]
     "release_backoff": (float, 1, True, None),
     "max_concurrency": (int, 1, True, None),
     "max_receives": (int, 1, True, None),
+    "stall_timeout": (float, 0, False, None),
 }
+
+# The fields that take one of a few words, not a number.
+FIELD_CHOICES: dict[str, tuple[str, ...]] = {"on_cap": ON_CAP_CHOICES}
 
 # The fields that are not seconds or counts.
 METAVARS = {"release_backoff": "FACTOR", "extend_threshold": "S|auto"}
@@ -116,8 +120,18 @@ def in_flag_terms(text: str) -> str:
 
 def add_config_flags(group: argparse._ActionsContainer) -> None:
     """One flag per LeaseConfig field, explained by the field's docstring."""
-    descriptions = config_field_help()
+    # argparse %-formats help text: a "20 %" in a docstring must reach it as "%%".
+    descriptions = {name: text.replace("%", "%%") for name, text in config_field_help().items()}
     for field in dataclasses.fields(LeaseConfig):
+        choices = FIELD_CHOICES.get(field.name)
+        if choices is not None:
+            group.add_argument(
+                flag(field.name),
+                dest=field.name,
+                choices=choices,
+                help=f"{descriptions.get(field.name, '')} (default: {field.default})",
+            )
+            continue
         kind, low, inclusive, also = FIELD_VALUES.get(field.name, (float, 0, True, None))
         if field.default is None:
             shown = "derived" if field.name == "extend_threshold" else "unset"

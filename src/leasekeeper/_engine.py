@@ -30,7 +30,7 @@ from typing import Any
 
 from leasekeeper._calls import Calls
 from leasekeeper._dispatch import Dispatcher, Work
-from leasekeeper._extend import Extender
+from leasekeeper._extend import Extender, natural_due, rolling_at
 from leasekeeper._gate import OpGate
 from leasekeeper._lapse import lapsed
 from leasekeeper._ledger import Counter
@@ -108,6 +108,9 @@ class RenewalEngine:
         )
         self._minimal_life = config.minimal_life
         self._max_lease = config.max_lease_duration
+        # on_cap="rollover": a lease is due early once, to tell its handler to roll over.
+        self._rolls = config.on_cap == "rollover"
+        self._limits_due = self._rolls or self._max_lease is not None
         # Guards the schedule, the lifecycle flags, the counters and the busy flags.
         self._lock = threading.Lock()
         # Its value, read on the register hot path (one attribute lookup, not two).
@@ -230,8 +233,8 @@ class RenewalEngine:
             # A message that arrived with less left than the threshold is due at once
             # (the extender says so once, and counts no send lag for it).
             due = visible_until - self._threshold_now
-            if self._max_lease is not None and now + self._max_lease < due:
-                due = now + self._max_lease
+            if self._limits_due:  # max_lease_duration or rollovers: one check when neither
+                due = self._limited_due(message, now, due)
             self._schedule.add(lane, message_id, record, due)
             self._metrics.registered += 1
             if due < dispatcher.next_wake or not dispatcher.started:
@@ -241,6 +244,15 @@ class RenewalEngine:
         if superseded:
             self.drain()  # told outside the lock: on_lost may call back in
         return record
+
+    def _limited_due(self, message: Message, now: float, due: float) -> float:
+        """A new lease's first due time under ``max_lease_duration`` (abandonment on
+        time) and ``on_cap="rollover"`` (the handler told early enough)."""
+        if self._max_lease is not None and now + self._max_lease < due:
+            due = now + self._max_lease
+        if self._rolls and message.hard_deadline is not None:
+            due = max(now, min(due, rolling_at(message.hard_deadline, self._threshold.value)))
+        return due
 
     def _add_lane(self, backend: Backend) -> Lane:
         check_backend(backend, self._config)
@@ -304,13 +316,8 @@ class RenewalEngine:
         self._threshold_now = self._threshold.value
 
     def natural_due(self, record: LeaseRecord) -> float:
-        """When ``record`` is next due: ``extend_threshold`` before its deadline, or at
-        ``max_lease_duration`` so that abandonment is reported on time."""
-        due = record.visible_until - self._threshold.value
-        limit = self._max_lease
-        if limit is not None:
-            due = min(due, record.registered_at + limit)
-        return due
+        """When ``record`` is next due (``_extend.natural_due``)."""
+        return natural_due(record, self._threshold.value, self._max_lease, rolls=self._rolls)
 
     def reschedule(self, record: LeaseRecord, due: float | None = None) -> None:
         with self._lock:

@@ -36,9 +36,42 @@ log = logging.getLogger("leasekeeper.manager")
 RETRY_BASE = 0.05
 RETRY_CAP = 5.0
 
+#: With ``on_cap="rollover"``, ``lease.rolling`` is set this many extend thresholds
+#: before the service's cap: a lease that cannot be extended to the cap is due one
+#: threshold before it, and the handler gets two more for a step of work, the send
+#: of its continuation and the delete of the original.
+ROLL_LEAD = 3.0
+
+
+def rolling_at(hard_deadline: float, threshold: float) -> float:
+    """When a lease whose message the service caps at ``hard_deadline`` is told to
+    roll over (``on_cap="rollover"``)."""
+    return hard_deadline - ROLL_LEAD * threshold
+
+
 _ACTIVE = LeaseState.ACTIVE
 _LOST = LeaseState.LOST
 _ABANDONED = LeaseState.ABANDONED
+
+
+def natural_due(
+    record: LeaseRecord, threshold: float, max_lease: float | None, *, rolls: bool
+) -> float:
+    """When ``record`` is next due: ``threshold`` before its deadline, or at
+    ``max_lease`` (``max_lease_duration``) after it was registered so that
+    abandonment is reported on time; with ``rolls`` (``on_cap="rollover"``), when
+    its handler is to be told to roll over, and for a lease that cannot be extended
+    any more, at its deadline."""
+    roll = record.roll
+    if roll is not None and roll.capped is not None:
+        return record.visible_until
+    due = record.visible_until - threshold
+    if max_lease is not None:
+        due = min(due, record.registered_at + max_lease)
+    hard = record.message.hard_deadline
+    if rolls and hard is not None and (roll is None or not roll.signalled):
+        due = min(due, rolling_at(hard, threshold))
+    return due
 
 
 class Extender:
@@ -127,37 +160,18 @@ class Extender:
         ledger.adapt_threshold(answered_at)
 
     def _plan_extend(self, backend: Backend, record: LeaseRecord, now: float) -> float | None:
-        """How long to ask for, or None after ending the lease (lost, abandoned, capped)."""
-        ledger = self._ledger
+        """How long to ask for, or None after ending the lease (lost, abandoned, capped,
+        stalled) or leaving it as it is until its next due time."""
         if not record.extensions and not self._short_said:
             self._say_if_short(record)
-        ending = lapsed(record, now, "extend", "before sending")
-        if ending is not None:
-            if not record.retries:
-                ledger.count_lapses([record], now)
-            ledger.end(record, _LOST, ending)
-            return None
-        limit = self._config.max_lease_duration
-        if limit is not None and now >= record.registered_at + limit:
-            ledger.end(
-                record,
-                _ABANDONED,
-                Ending(LostReason.ABANDONED, f"max_lease_duration ({limit:g}s) reached"),
-            )
+        if self._ended_before_sending(record, now) or self._rolling_only(record, now):
             return None
         asked = min(self._config.visibility_timeout, backend.max_visibility)
         hard = record.message.hard_deadline
         if hard is not None and now + asked > hard:
             asked = hard - now
             if now + asked <= record.visible_until + 1e-3:
-                ledger.end(
-                    record,
-                    _ABANDONED,
-                    Ending(
-                        LostReason.CAPPED,
-                        "capped: the service's limit on total invisibility is reached",
-                    ),
-                )
+                self._capped(record, "capped: the service's limit on total invisibility is reached")
                 return None
         return asked
 
@@ -177,6 +191,80 @@ class Extender:
             threshold,
             self._config.visibility_timeout,
         )
+
+    def _ended_before_sending(self, record: LeaseRecord, now: float) -> bool:
+        """End ``record`` if it is not to be extended at all: its time is up (lapsed,
+        ``max_lease_duration``, capped and kept to its deadline) or its handler
+        stalled. True when it ended (or was left for its next due time)."""
+        ledger = self._ledger
+        roll = record.roll
+        if roll is not None and roll.capped is not None:
+            # Capped, and kept to its deadline for a rollover: ended there.
+            if now >= record.visible_until - 1e-3:
+                ledger.end(record, _ABANDONED, Ending(LostReason.CAPPED, roll.capped))
+            else:
+                ledger.reschedule(record)
+            return True
+        ending = lapsed(record, now, "extend", "before sending")
+        if ending is not None and not record.retries:
+            ledger.count_lapses([record], now)
+        limit = self._config.max_lease_duration
+        if ending is None and limit is not None and now >= record.registered_at + limit:
+            ending = Ending(LostReason.ABANDONED, f"max_lease_duration ({limit:g}s) reached")
+            ledger.end(record, _ABANDONED, ending)
+            return True
+        stall = self._config.stall_timeout
+        if ending is None and stall is not None and record.stalls:
+            idle = now - record.last_progress()
+            if idle >= stall:
+                ending = Ending(
+                    LostReason.STALLED,
+                    f"stalled: no progress for {idle:.1f}s (stall_timeout {stall:g}s)",
+                )
+        if ending is None:
+            return False
+        ledger.end(record, _LOST, ending)
+        return True
+
+    def _rolling_only(self, record: LeaseRecord, now: float) -> bool:
+        """With ``on_cap="rollover"``: tell the handler to roll over once the cap is
+        near. True when the lease was due for that alone (its extend is not due yet)."""
+        hard = record.message.hard_deadline
+        if (
+            hard is None
+            or self._config.on_cap != "rollover"
+            or record.is_rolling
+            or now < rolling_at(hard, self._ledger.threshold)
+        ):
+            return False
+        self._tell_rolling(record, hard - now)
+        if now >= record.visible_until - self._ledger.threshold:
+            return False
+        self._ledger.reschedule(record)
+        return True
+
+    def _capped(self, record: LeaseRecord, detail: str) -> None:
+        """``record`` cannot be extended any more. Abandoned (``capped``), or - with
+        ``on_cap="rollover"`` - kept to its deadline, so that a rollover under way
+        can finish (the message stays the handler's until then), and ended there."""
+        if self._config.on_cap != "rollover" or self._clock.now() >= record.visible_until:
+            self._ledger.end(record, _ABANDONED, Ending(LostReason.CAPPED, detail))
+            return
+        record.roll_state().capped = detail
+        if not record.is_rolling:
+            self._tell_rolling(record, record.visible_until - self._clock.now())
+        self._ledger.reschedule(record, record.visible_until)
+
+    def _tell_rolling(self, record: LeaseRecord, left: float) -> None:
+        """Set ``lease.rolling``: the handler is to hand its job on."""
+        if record.signal_rolling():
+            log.info(
+                "lease on message %r: %.1fs to the service's cap; the handler is told to roll over",
+                record.message.id,
+                left,
+            )
+            if self._calls.observers:
+                self._calls.tell("on_rolling", record)
 
     def _apply_extend(
         self,
@@ -220,7 +308,7 @@ class Extender:
             detail = outcome.detail or "receipt rejected"
             ledger.end(record, _LOST, Ending(LostReason.REJECTED, f"rejected: {detail}"))
         elif kind == "capped":
-            ledger.end(record, _ABANDONED, Ending(LostReason.CAPPED, f"capped: {outcome.detail}"))
+            self._capped(record, f"capped: {outcome.detail}")
         elif kind == "fatal":
             log.error("extend of message %r failed fatally: %s", record.message.id, outcome.detail)
             ledger.end(record, _LOST, Ending(LostReason.FATAL, f"fatal: {outcome.detail}"))

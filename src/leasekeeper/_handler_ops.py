@@ -326,6 +326,14 @@ class HandlerOps:
             self._gate.give(record)
         self._ledger.drain()
 
+    def progress(self, record: LeaseRecord) -> None:
+        """The handler made progress: the stall clock (``stall_timeout``) starts over."""
+        record.progressed_at = self._now()
+
+    def rolled_over(self, record: LeaseRecord) -> None:
+        """Count a rollover (the continuation sent, the original deleted)."""
+        self._ledger.bump("rolled_over")
+
     def abandon(self, record: LeaseRecord, reason: str) -> None:
         """Stop renewing ``record`` and report it: its handler succeeded but the delete
         kept failing, so the message is left to come back and be done again."""

@@ -19,15 +19,20 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from leasekeeper._continuation import unwrap
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.decorator import undecorated
 from leasekeeper.errors import LeaseLost, LeaseTooShort, ManagerClosed, ReceiveError
-from leasekeeper.lease import Lease, LeaseState
+from leasekeeper.lease import Lease, LeaseState, settle_rollover
 from leasekeeper.manager import LeaseManager
 
 log = logging.getLogger("leasekeeper.worker")
+
+#: Who renews for a worker that makes its own manager, unless told: see
+#: docs/performance.md, measure 8, and docs/guide.md, "Choosing a renewer".
+DEFAULT_RENEWER: Literal["thread", "process", "auto"] = "auto"
 
 
 @dataclass
@@ -37,6 +42,7 @@ class WorkerStats:
     failed: int = 0  # handler raised: message released
     lost: int = 0  # lease lost while handling: nothing deleted
     refused: int = 0  # received with too little invisibility left to lease
+    rolled_over: int = 0  # handed on as a continuation before the service's cap
     dead_lettered: int = 0  # handler raised on the last try: sent to the dead-letter queue
 
 
@@ -57,7 +63,7 @@ class Intake:
         wait_seconds: float,
         shutdown_timeout: float,
         config: LeaseConfig | None,
-        renewer: Literal["thread", "process"] | None,
+        renewer: Literal["thread", "process", "auto"] | None,
         prefetch: int | None,
         gather: float,
         config_fields: dict[str, Any],
@@ -113,7 +119,7 @@ class Intake:
             self.manager = LeaseManager(
                 manager_or_backend,
                 config,
-                renewer=renewer or "thread",
+                renewer=renewer or DEFAULT_RENEWER,
                 clock=clock,
                 dead_letter=dead_letter,
                 **config_fields,
@@ -166,6 +172,8 @@ class Intake:
             visibility_timeout=self.manager.config.visibility_timeout,
         )
         self.failures = 0
+        for message in messages:
+            unwrap(message)  # a continuation's envelope is not the handler's to see
         return messages
 
     def receive_failed(self, exc: Exception) -> float | None:
@@ -228,6 +236,18 @@ class Intake:
             log.warning("release of message %r failed: %s", lease.id, error)
         return outcome
 
+    def roll_over(self, lease: Lease) -> str:
+        """The handler raised ``Rollover``: send the continuation, delete the original
+        (blocking: run it off an event loop). Returns what the message counts as."""
+        try:
+            settle_rollover(lease)
+        except LeaseLost as exc:
+            log.warning("not rolled over: %s", exc)
+            return "lost"
+        except Exception:
+            return "failed"  # settle_rollover said what failed
+        return "rolled_over"
+
     def fail(self, lease: Lease, error: BaseException) -> tuple[str, Future[None] | None]:
         """The handler raised ``error``: release the message (through the coalescer), or
         send a poison message to the dead-letter queue. Returns what it counts as,
@@ -244,6 +264,8 @@ class Intake:
         """Count a finished message."""
         if outcome == "completed":
             self.stats.completed += 1
+        elif outcome == "rolled_over":
+            self.stats.rolled_over += 1
         elif outcome == "lost":
             self.stats.lost += 1
         elif outcome == "dead_lettered":

@@ -17,7 +17,9 @@ from leasekeeper._schedule import Lane
 from leasekeeper.reasons import Ending
 
 #: The counters a collaborator bumps (fields of ``_metrics.Metrics``).
-Counter = Literal["extended", "extend_calls", "extend_errors", "retries", "scheduler_errors"]
+Counter = Literal[
+    "extended", "extend_calls", "extend_errors", "retries", "scheduler_errors", "rolled_over"
+]
 
 
 class Ledger(Protocol):

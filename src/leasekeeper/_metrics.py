@@ -55,6 +55,7 @@ class Stats:
     extend_latency_p99: float
     extend_threshold: float = 0.0  # the threshold in force (adapted with "auto")
     forgotten: int = 0  # watch leases whose owner took the message back (lease.forget())
+    rolled_over: int = 0  # jobs handed on to a continuation before the service's cap
     #: Lost and abandoned leases by ``LostReason`` value ("lapsed", "rejected", ...).
     lost_reasons: dict[str, int] = field(default_factory=dict)
     #: Poison messages sent to the dead-letter queue (and deleted from theirs).
@@ -138,6 +139,7 @@ class Metrics:
         "registered",
         "released",
         "retries",
+        "rolled_over",
         "scheduler_errors",
         "scheduler_lag",
         "send_lag",
@@ -146,7 +148,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registered = self.extended = self.extend_calls = self.extend_errors = 0
         self.retries = self.lost = self.completed = self.released = 0
-        self.abandoned = self.capped = self.lapses = self.forgotten = 0
+        self.abandoned = self.capped = self.lapses = self.forgotten = self.rolled_over = 0
         self.lost_reasons: dict[str, int] = {}
         self.callback_errors = self.scheduler_errors = self.margin_warnings = 0
         self.scheduler_lag = SampleRing()
@@ -187,6 +189,7 @@ class Metrics:
             extend_latency_p99=percentile(latency, 0.99),
             extend_threshold=threshold,
             forgotten=self.forgotten,
+            rolled_over=self.rolled_over,
             lost_reasons=dict(self.lost_reasons),
         )
 

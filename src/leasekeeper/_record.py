@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from leasekeeper.backends.base import Handle, Message
 from leasekeeper.reasons import Ending, LostReason
@@ -60,6 +60,11 @@ class LeaseRecord:
     signalled      the handler has been told to stop (``Lease.lost`` is set)
     event          that ``threading.Event``, created on first use
     owner          where the lease's own complete/release go (a ``LeaseOwner``)
+    progressed_at  the handler's latest progress (``Lease.progress()``), for
+                   ``stall_timeout``: unset until it reports any (read it with
+                   ``last_progress()``; left unset, it costs the hot path nothing)
+    roll           the rollover's state (a ``RollState``), created on first use:
+                   most leases never come near the service's cap
     """
 
     __slots__ = (
@@ -72,14 +77,20 @@ class LeaseRecord:
         "last_error",
         "message",
         "owner",
+        "progressed_at",
         "receipt",
         "registered_at",
         "retries",
+        "roll",
         "signalled",
         "state",
         "visible_until",
         "watch",
     )
+
+    #: Can its handler stall (``stall_timeout``)? A watch lease has no handler of ours.
+    stalls: ClassVar[bool] = True
+    progressed_at: float  # a slot left unset until the first progress() (see above)
 
     def __init__(self, owner: Any, message: Message, registered_at: float) -> None:
         self.owner = owner
@@ -98,6 +109,7 @@ class LeaseRecord:
         self.busy = False
         self.signalled = False
         self.event: threading.Event | None = None
+        self.roll: RollState | None = None
 
     @classmethod
     def maker(cls: type[R], owner: Any) -> Callable[[Message, float], R]:
@@ -141,9 +153,16 @@ class LeaseRecord:
             record.busy = False
             record.signalled = False
             record.event = None
+            record.roll = None
             return record
 
         return make
+
+    def last_progress(self) -> float:
+        """When the handler last made progress: its latest ``progress()``, else when
+        the lease was registered."""
+        at: float = getattr(self, "progressed_at", self.registered_at)
+        return at
 
     @property
     def reason(self) -> str | None:
@@ -180,3 +199,63 @@ class LeaseRecord:
             event = self.event
         if event is not None:
             event.set()
+
+    def roll_state(self) -> RollState:
+        """The rollover's state (created on first use)."""
+        roll = self.roll
+        if roll is None:
+            with _EVENT_LOCK:
+                roll = self.roll
+                if roll is None:
+                    roll = self.roll = RollState()
+        return roll
+
+    @property
+    def is_rolling(self) -> bool:
+        """Has the handler been told to roll over (``Lease.rolling`` is set)?"""
+        roll = self.roll
+        return roll is not None and roll.signalled
+
+    def signal_rolling(self) -> bool:
+        """Tell the handler to roll over: the service's cap is near. False when it
+        was told already."""
+        roll = self.roll_state()
+        with _EVENT_LOCK:
+            if roll.signalled:
+                return False
+            roll.signalled = True
+            event = roll.event
+        if event is not None:
+            event.set()
+        return True
+
+    def rolling_event(self) -> threading.Event:
+        """The event set when the handler must roll over (created on first use)."""
+        roll = self.roll_state()
+        with _EVENT_LOCK:
+            if roll.event is None:
+                roll.event = threading.Event()
+                if roll.signalled:
+                    roll.event.set()
+            return roll.event
+
+
+class RollState:
+    """What a lease near the service's cap carries, apart from the hot-path fields.
+
+    signalled   the handler has been told to roll over (``Lease.rolling`` is set)
+    event       that ``threading.Event``, created on first use
+    checkpoint  the handler's latest ``Lease.checkpoint(state)``, as JSON text
+                (None: none saved in this hop)
+    capped      why the lease cannot be extended any more, once the service or
+                the plan said so: with ``on_cap="rollover"`` it stays the
+                handler's until its deadline, for the rollover to finish
+    """
+
+    __slots__ = ("capped", "checkpoint", "event", "signalled")
+
+    def __init__(self) -> None:
+        self.signalled = False
+        self.event: threading.Event | None = None
+        self.checkpoint: str | None = None
+        self.capped: str | None = None

@@ -170,6 +170,11 @@ class Forwarder(Observer):
                 )
             )
 
+    def on_rolling(self, lease: LeaseRecord) -> None:
+        key = self._keys.get(id(lease))
+        if key is not None:
+            self._outbox.put(("rolling", key))
+
     def on_call(self, event: CallEvent) -> None:
         if self.events:
             args = (event.operation, event.entries, event.seconds, event.outcomes, event.error)
@@ -307,6 +312,11 @@ class ChildRenewer:
         tag = frame[0]
         if tag == "add":
             self._add(frame)
+        elif tag == "progress":
+            for key, at in frame[1]:
+                lease = self._leases.get(key)
+                if lease is not None and at > lease.last_progress():
+                    lease.progressed_at = at  # the worker's monotonic clock is ours
         elif tag == "abandon":
             lease = self._leases.get(frame[1])
             if lease is not None:

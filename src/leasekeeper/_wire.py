@@ -10,6 +10,9 @@ worker -> renewer
     ("complete", request, keys)                             reply: results per key
     ("release", request, keys, delay, stop_handler)         reply: results per key
     ("abandon", key, reason)                                no reply
+    ("progress", [(key, at), ...])                          the handlers' latest
+                                                            progress (stall_timeout),
+                                                            coalesced; no reply
     ("forget", request, key)                                reply once no extend is out
     ("stats", request)                                      reply: Stats
     ("observe", on)                                         forward observer events
@@ -20,6 +23,7 @@ renewer -> worker (its sender thread batches them: ("batch", [frame, ...]))
     ("ready", pid) / ("failed", text)                       once, at start
     ("done", request, payload)                              a request's reply
     ("extended", key, receipt, visible_until, extensions)
+    ("rolling", key)                                        the handler is to roll over
     ("ended", key, state, lost_reason, detail, stop_handler)  lost, abandoned,
                                                             released, forgotten
     ("event", callback, args)                               an observer callback
@@ -51,6 +55,12 @@ def send_frame(conn: Connection, frame: tuple[Any, ...]) -> None:
 def recv_frame(conn: Connection) -> Any:
     """Receive one frame (EOFError when the other end is gone)."""
     return pickle.loads(conn.recv_bytes())
+
+
+def progress_interval(stall_timeout: float) -> float:
+    """How often at most a lease's progress is sent to the renewer: a tenth of
+    ``stall_timeout``, at most a second (``process_renewer.ProgressRelay``)."""
+    return min(1.0, stall_timeout / 10.0)
 
 
 # A request's per-lease result: None, or an encoded exception.

@@ -16,6 +16,8 @@ from typing import Any, Literal
 from leasekeeper.errors import ConfigError
 
 _SECONDS_FIELDS = ("visibility_timeout", "timer_interval", "minimal_life")
+#: What ``on_cap`` takes: stop renewing at the service's cap, or roll over before it.
+ON_CAP_CHOICES = ("abandon", "rollover")
 
 
 def _seconds(name: str, value: Any, *, allow_zero: bool = False) -> float:
@@ -85,6 +87,20 @@ class LeaseConfig:
         (what ``Worker`` uses) may wait for others to share its batch call. At
         most this much latency is added to a delete, and none when nobody else is
         expected within it. 0 sends each at once.
+    stall_timeout
+        Stop renewing a lease whose handler has shown no progress
+        (``lease.progress()`` or ``lease.checkpoint(state)``) for this long, and
+        report it lost (``stalled``): a hung handler lets its message go, which
+        returns within one ``visibility_timeout``. ``None`` (the default): never.
+        A handler that does not call ``progress()`` at least this often is let go
+        too; see docs/outliving.md.
+    on_cap
+        What a lease does near the service's own cap on a message's invisibility
+        (``backend.max_lease_age``: SQS 12 hours). ``"abandon"`` (the default):
+        stop renewing at the cap and report it ``capped``. ``"rollover"``: set
+        ``lease.rolling`` well before the cap, so the handler can raise
+        ``leasekeeper.Rollover``: the message is sent again as a continuation
+        carrying its last ``lease.checkpoint(state)``, and the original deleted.
     """
 
     visibility_timeout: float = 30.0
@@ -98,6 +114,8 @@ class LeaseConfig:
     coalesce_window: float = 0.02
     release_delay_max: float = 300.0
     max_receives: int | None = None
+    stall_timeout: float | None = None
+    on_cap: Literal["abandon", "rollover"] = "abandon"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise ints to floats once, here
@@ -114,6 +132,12 @@ class LeaseConfig:
                 self,
                 "max_lease_duration",
                 _seconds("max_lease_duration", self.max_lease_duration),
+            )
+        if self.stall_timeout is not None:
+            set_(self, "stall_timeout", _seconds("stall_timeout", self.stall_timeout))
+        if self.on_cap not in ON_CAP_CHOICES:
+            raise ConfigError(
+                f"on_cap must be one of {', '.join(map(repr, ON_CAP_CHOICES))}, got {self.on_cap!r}"
             )
         backoff = self.release_backoff
         try:

@@ -13,21 +13,32 @@ renewer that made it.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from leasekeeper._continuation import carried, checkpoint_text, next_hop, send_continuation, unwrap
 from leasekeeper._record import LeaseRecord, LeaseState
 from leasekeeper.backends.base import Message
 from leasekeeper.clock import Clock
 from leasekeeper.errors import BackendError, LeaseError, LeaseLost
 from leasekeeper.reasons import LostReason
+from leasekeeper.rollover import Lineage, Rollover
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["Lease", "LeaseOwner", "LeaseScope", "LeaseState", "OnLost", "WatchLease"]
+__all__ = [
+    "Lease",
+    "LeaseOwner",
+    "LeaseScope",
+    "LeaseState",
+    "OnLost",
+    "WatchLease",
+    "settle_rollover",
+]
 
 log = logging.getLogger("leasekeeper.manager")
 
@@ -58,6 +69,14 @@ class LeaseOwner(Protocol):
         """The handler failed: release the message, or dead-letter a poison one."""
         ...
 
+    def progress(self, lease: Lease) -> None:
+        """The handler made progress (``stall_timeout``)."""
+        ...
+
+    def rolled_over(self, lease: Lease) -> None:
+        """Count a rollover: the continuation was sent and the original deleted."""
+        ...
+
 
 class Lease(LeaseRecord):
     """One message's lease. Obtain it from ``LeaseManager.register`` or ``lease(msg)``.
@@ -65,8 +84,9 @@ class Lease(LeaseRecord):
     Public API: ``message``, ``id``, ``state``, ``lost``, ``is_lost``, ``check()``,
     ``complete()``, ``release(delay)``, ``forget()``, ``extensions``,
     ``receive_count``, ``visible_until``, ``visible_for()``, ``registered_at``,
-    ``reason``. The other attributes are the renewal engine's bookkeeping (see
-    ``LeaseRecord``).
+    ``reason``; for long jobs ``progress()``, ``checkpoint(state)``, ``rolling``,
+    ``resumed`` and ``lineage`` (docs/outliving.md). The other attributes are the
+    renewal engine's bookkeeping (see ``LeaseRecord``).
 
     A lease is also a context manager with ``with lease(msg)``'s semantics, for the
     leases ``LeaseManager.receive()`` returns: ``with held:`` completes the message
@@ -101,12 +121,49 @@ class Lease(LeaseRecord):
         return self.signalled
 
     def check(self) -> None:
-        """Raise ``LeaseLost`` if the handler no longer owns the message.
+        """Raise ``LeaseLost`` if the handler no longer owns the message, and
+        ``Rollover`` once it is to hand the job on (``rolling`` is set).
 
         Call it between steps of a long job, before doing anything irreversible.
         """
         if self.signalled:
             raise LeaseLost(self.message.id, self.reason or str(self.state), self.lost_reason)
+        if self.is_rolling:
+            raise Rollover(f"message {self.message.id!r} nears the service's cap: roll over")
+
+    # ------------------------------------------------------------------ long jobs
+
+    def progress(self) -> None:
+        """Say the handler is making progress. With ``stall_timeout``, a lease whose
+        handler has not said so for that long is let go (lost, ``stalled``)."""
+        self.owner.progress(self)
+
+    def checkpoint(self, state: object) -> None:
+        """Save ``state`` (JSON-serialisable) as the job's progress: a rollover
+        carries the latest to the next hop, where it is ``lease.resumed``. Counts as
+        ``progress()``. ``TypeError``/``ValueError`` when ``state`` is not JSON."""
+        self.roll_state().checkpoint = checkpoint_text(state)
+        self.owner.progress(self)
+
+    @property
+    def rolling(self) -> threading.Event:
+        """Set when the job is to roll over: the service's cap on the message's
+        invisibility is near (``on_cap="rollover"``). Raise ``Rollover`` then."""
+        return self.rolling_event()
+
+    @property
+    def resumed(self) -> object:
+        """The checkpoint this message carries as a continuation (what the previous
+        hop saved last with ``checkpoint``); None on an original."""
+        found = carried(self.message)
+        return None if found is None or found.checkpoint is None else json.loads(found.checkpoint)
+
+    @property
+    def lineage(self) -> Lineage:
+        """``(first_id, hop)``: the id of the message the job started as, and this
+        message's hop (0 on that original)."""
+        found = carried(self.message)
+        return Lineage(self.message.id, 0) if found is None else Lineage(found.first_id, found.hop)
 
     def complete(self) -> None:
         """Delete the message: processing succeeded. A second call does nothing.
@@ -147,8 +204,12 @@ class Lease(LeaseRecord):
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> bool:
+        if exc_type is not None and issubclass(exc_type, Rollover):
+            settle_rollover(self)
+            return True  # handed on: the block's job is done
         settle(self, exc, None)
+        return False
 
     def __repr__(self) -> str:
         return (
@@ -168,6 +229,7 @@ class WatchLease(Lease):
     """
 
     __slots__ = ()
+    stalls = False  # its owner, not a handler of ours, does the work
 
     def complete(self) -> None:
         raise LeaseError(
@@ -209,6 +271,61 @@ def settle(lease: Lease, error: BaseException | None, delay: float | None) -> No
         log.exception("release of message %r after a handler error failed", lease.id)
 
 
+def settle_rollover(lease: Lease) -> str:
+    """End a block that raised ``Rollover``: send the continuation (the same body, the
+    lineage one hop on, the latest checkpoint), then delete the original, and count
+    it. Returns the continuation's id.
+
+    Nothing is sent for a lease that is lost (``LeaseLost``: another consumer may
+    have the message). When the send fails the original is released, to be done
+    again from the checkpoint it carries, and the send's error raised. When the
+    delete fails after the send, both messages exist: the error is raised and the
+    original comes back (a handler tells it by its lineage; docs/outliving.md).
+    """
+    state = lease.state
+    if state is not LeaseState.ACTIVE and state is not LeaseState.ABANDONED:
+        raise LeaseLost(lease.id, lease.reason or f"{state}: not rolled over", lease.lost_reason)
+    if not lease.visible_for() > 0:
+        # Its deadline passed (as known here): the message may be another's now, so
+        # no continuation. Released rather than left renewed where the renewer knows
+        # better (a renewer process whose last notices a held GIL delayed).
+        release_quietly(lease)
+        raise LeaseLost(lease.id, "its deadline passed before the rollover: not rolled over")
+    roll = lease.roll
+    lineage = next_hop(lease.message, None if roll is None else roll.checkpoint)
+    try:
+        sent = send_continuation(lease.message, lineage)
+    except Exception:
+        log.exception("rollover of message %r: its continuation was not sent", lease.id)
+        release_quietly(lease)  # done again from where it stood: no failure of its own
+        raise
+    try:
+        settle(lease, None, None)
+    except Exception as exc:
+        log.warning(
+            "rollover of message %r: continuation %r sent, but the original was not "
+            "deleted (%s); both may run - see lease.lineage",
+            lease.id,
+            sent,
+            exc,
+        )
+        raise
+    lease.owner.rolled_over(lease)
+    log.info("message %r rolled over: continued as %r (hop %d)", lease.id, sent, lineage.hop)
+    return sent
+
+
+def release_quietly(lease: Lease) -> None:
+    """Release ``lease`` (the grown delay) as a rollover that could not happen does:
+    not a failure of the handler's, so never a dead letter; a loss was told already."""
+    try:
+        lease.release()
+    except LeaseLost:
+        pass
+    except Exception:
+        log.exception("release of message %r after a rollover that failed", lease.id)
+
+
 #: ``on_lost(lease, reason)``: told of every lease that is lost or abandoned, from a
 #: leasekeeper thread, after the lease's ``lost`` event is set.
 OnLost = Callable[[Lease, LostReason], object]
@@ -236,7 +353,7 @@ class LeaseScope:
         self._lease: Lease | None = None
 
     def __enter__(self) -> Lease:
-        self._lease = self._register(self._message)
+        self._lease = self._register(unwrap(self._message))
         return self._lease
 
     def __exit__(
@@ -244,7 +361,11 @@ class LeaseScope:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> bool:
         lease = self._lease
         assert lease is not None, "LeaseScope exited without entering"
+        if exc_type is not None and issubclass(exc_type, Rollover):
+            settle_rollover(lease)
+            return True  # handed on: the block's job is done
         settle(lease, exc if exc_type is not None else None, self._delay)
+        return False

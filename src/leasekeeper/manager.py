@@ -26,6 +26,7 @@ from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from leasekeeper._coalesce import Coalescer
+from leasekeeper._continuation import unwrap
 from leasekeeper._engine import check_backend
 from leasekeeper._metrics import Stats
 from leasekeeper.backends.base import Backend, Message
@@ -65,8 +66,10 @@ class LeaseManager:
     ``"process"`` (a child process of its own - see docs/guide.md, "Choosing a
     renewer": a handler holding the GIL does not stop renewals, and when this process
     dies its leases are released at once; it needs a ``backend`` with ``spec()`` and
-    the system clock), or a ``leasekeeper.Renewer`` you built (then give it the
-    config and clock, not the manager).
+    the system clock), ``"auto"`` (the process where it can run, else the thread,
+    with a warning when a renewer process failed to start - what ``Worker`` uses),
+    or a ``leasekeeper.Renewer`` you built (then give it the config and clock, not
+    the manager).
 
     ``dead_letter``: where poison messages go - a message received ``max_receives``
     times (a config field; 5 when only ``dead_letter`` is given) whose handler fails
@@ -257,7 +260,8 @@ class LeaseManager:
         leases: list[Lease] = []
         for index, message in enumerate(messages):
             try:
-                leases.append(self.register(message))
+                # A continuation's envelope (on_cap="rollover") is not the handler's.
+                leases.append(self.register(unwrap(message)))
             except LeaseTooShort as exc:
                 log.warning("%s; leaving it to reappear", exc)
             except ManagerClosed:

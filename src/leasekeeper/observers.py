@@ -55,3 +55,7 @@ class Observer:
 
     def on_ended(self, lease: LeaseRecord, state: LeaseState, reason: str) -> None:
         """``lease`` ended: completed, released, lost or abandoned, for ``reason``."""
+
+    def on_rolling(self, lease: LeaseRecord) -> None:
+        """``lease``'s handler was told to roll over (``lease.rolling`` set): the
+        service's cap on its message's invisibility is near (``on_cap="rollover"``)."""

@@ -32,6 +32,7 @@ import os
 import pickle
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -39,7 +40,7 @@ from typing import Any
 from leasekeeper._metrics import Stats
 from leasekeeper._record import LeaseState
 from leasekeeper._renewer_link import DIED, RenewerLink
-from leasekeeper._wire import decode_error
+from leasekeeper._wire import decode_error, progress_interval
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, SystemClock
 from leasekeeper.config import LeaseConfig
@@ -55,10 +56,12 @@ _live: weakref.WeakSet[ProcessRenewer] = weakref.WeakSet()
 
 
 class RemoteLease(Lease):
-    """A lease whose renewals happen in the renewer process; ``key`` names it there."""
+    """A lease whose renewals happen in the renewer process; ``key`` names it there.
+    ``progress_told``: when its handler's progress was last sent there."""
 
-    __slots__ = ("key",)
+    __slots__ = ("key", "progress_told")
     key: int
+    progress_told: float
 
 
 class RemoteWatchLease(RemoteLease, WatchLease):
@@ -99,15 +102,16 @@ class ProcessRenewer:
         self.backend = backend
         self._config = config
         self._clock = clock
-        # Guards _leases, _by_message, _closed, _link and _base.
+        # Guards _leases, _by_message, _closed, _link and _book.
         self._registry_lock = threading.Lock()
         self._leases: dict[int, RemoteLease] = {}
         self._by_message: dict[str, RemoteLease] = {}
         self._keys = itertools.count(1)
         self._closed = False
         self.observers: tuple[Observer, ...] = ()
-        self._base = _zero_stats()  # what renewers that died had counted
-        self._last = _zero_stats()  # the latest figures of the current one
+        self._book = StatsBook()
+        # The handlers' progress, to the renewer (only with stall_timeout).
+        self._progress = ProgressRelay.of(config, self._send_quietly)
         self._notifier = Notifier()
         #: What a handler's failure does (``leasekeeper.failures``); the manager binds its own.
         self.failures = Failures(config, None)
@@ -122,21 +126,20 @@ class ProcessRenewer:
     def _apply(self, frame: tuple[Any, ...]) -> None:
         """A notice from the renewer (on the link's reader thread)."""
         tag = frame[0]
-        if tag == "extended":
-            _, key, receipt, visible_until, extensions = frame
-            lease = self._leases.get(key)
+        if tag == "extended":  # key, receipt, visible_until, extensions
+            lease = self._leases.get(frame[1])
             if lease is not None:
-                lease.receipt, lease.visible_until, lease.extensions = (
-                    receipt,
-                    visible_until,
-                    extensions,
-                )
+                lease.receipt, lease.visible_until, lease.extensions = frame[2:]
         elif tag == "ended":
             _, key, state, lost, detail, signal = frame
             lease = self._leases.get(key)
             if lease is not None:
                 ending = Ending(None if lost is None else LostReason(lost), detail)
                 self._end(lease, LeaseState(state), ending, signal=signal)
+        elif tag == "rolling":
+            lease = self._leases.get(frame[1])
+            if lease is not None:
+                lease.signal_rolling()
         elif tag == "event":
             self._forward_event(frame[1], frame[2])
 
@@ -146,15 +149,7 @@ class ProcessRenewer:
             held = list(self._leases.values())
             if self._link is link:
                 self._link = None
-            self._base = _sum_stats(self._base, self._last)
-            self._last = _zero_stats()
-            died = dict(self._base.lost_reasons)
-            died[LostReason.RENEWER_DIED.value] = died.get(LostReason.RENEWER_DIED.value, 0) + len(
-                held
-            )
-            self._base = dataclasses.replace(
-                self._base, lost=self._base.lost + len(held), lost_reasons=died
-            )
+            self._book.renewer_died(len(held))
         for lease in held:
             self._end(lease, LeaseState.LOST, RENEWER_DIED, signal=True)
         with self._registry_lock:
@@ -251,6 +246,7 @@ class ProcessRenewer:
                 self._link = self._new_link()  # the last one died: a new one, now
             lease = (RemoteWatchLease if watch else RemoteLease)(self, message, now)
             lease.key = key = next(self._keys)
+            lease.progress_told = now
             self._leases[key] = lease
             self._by_message[message.id] = lease
         if superseded is not None:
@@ -298,6 +294,17 @@ class ProcessRenewer:
         """The handler failed: ``Failures`` releases the message or dead-letters it
         (the copy is sent from this process, which holds the body)."""
         self.failures.fail(lease, error, delay)
+
+    def progress(self, lease: Lease) -> None:
+        now = self._clock.now()
+        lease.progressed_at = now
+        relay = self._progress
+        if relay is not None and isinstance(lease, RemoteLease):
+            relay.progress(lease, now)
+
+    def rolled_over(self, lease: Lease) -> None:
+        with self._registry_lock:
+            self._book.rolled_over += 1
 
     def forget(self, lease: Lease) -> None:
         remote = _as_remote(lease)
@@ -406,10 +413,7 @@ class ProcessRenewer:
     def stats(self) -> Stats:
         payload = self._ask(lambda r: ("stats", r)) if not self._closed else None
         with self._registry_lock:
-            if isinstance(payload, Stats):
-                self._last = payload
-            total = _sum_stats(self._base, self._last)
-            return dataclasses.replace(total, in_flight=len(self._leases))
+            return self._book.total(payload, in_flight=len(self._leases))
 
     def add_observer(self, observer: Observer) -> None:
         self.observers = (*self.observers, observer)
@@ -448,8 +452,10 @@ class ProcessRenewer:
             final = self._ask(lambda r: ("close", r, release, timeout))
             if isinstance(final, Stats):
                 with self._registry_lock:
-                    self._last = final  # what it counted, to its close
+                    self._book.last = final  # what it counted, to its close
             link.close(None if timeout is None else timeout + 5.0)
+        if self._progress is not None:
+            self._progress.close()
         self._notifier.close()
         _live.discard(self)
 
@@ -460,6 +466,92 @@ class ProcessRenewer:
         link, self._link = self._link, None
         if link is not None:
             link.drop()
+
+
+class ProgressRelay:
+    """The handlers' progress (``stall_timeout``) to the renewer process, coalesced: a
+    lease's first progress in each ``interval`` goes at once, and the latest of the
+    ones after it at the end of that interval, with every other lease's in one frame.
+    So a handler calling ``progress()`` in a tight loop sends a frame an interval,
+    and the renewer's view of a lease's last progress is never more than an interval
+    behind - it calls a lease stalled only when it was."""
+
+    def __init__(self, send: Callable[[tuple[Any, ...]], None], interval: float) -> None:
+        self._send = send
+        self.interval = interval
+        self._lock = threading.Condition()  # guards _pending, _closed and _thread
+        self._pending: dict[int, tuple[RemoteLease, float]] = {}
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def of(
+        cls, config: LeaseConfig, send: Callable[[tuple[Any, ...]], None]
+    ) -> ProgressRelay | None:
+        """The relay ``config`` needs: one with ``stall_timeout``, else none."""
+        stall = config.stall_timeout
+        return None if stall is None else cls(send, progress_interval(stall))
+
+    def progress(self, lease: RemoteLease, now: float) -> None:
+        if now - lease.progress_told >= self.interval:
+            lease.progress_told = now
+            self._send(("progress", [(lease.key, now)]))
+            return
+        with self._lock:
+            self._pending[lease.key] = (lease, now)
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(
+                    target=self._run, name="leasekeeper-progress", daemon=True
+                )
+                self._thread.start()
+            self._lock.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending and not self._closed:
+                    self._lock.wait()
+                if self._closed:
+                    return
+            time.sleep(self.interval)  # what else comes in this interval goes along
+            with self._lock:
+                pending, self._pending = self._pending, {}
+            for lease, at in pending.values():
+                lease.progress_told = at
+            self._send(("progress", [(lease.key, at) for lease, at in pending.values()]))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify()
+
+
+class StatsBook:
+    """A process renewer's figures: what renewers that died had counted, the latest
+    figures of the current one, and the rollovers counted here (they happen in the
+    worker, which sends the continuation)."""
+
+    def __init__(self) -> None:
+        self.base = _zero_stats()  # what renewers that died had counted
+        self.last = _zero_stats()  # the latest figures of the current one
+        self.rolled_over = 0
+
+    def renewer_died(self, held: int) -> None:
+        """The current renewer died holding ``held`` leases: they count as lost."""
+        base = _sum_stats(self.base, self.last)
+        self.last = _zero_stats()
+        died = dict(base.lost_reasons)
+        died[LostReason.RENEWER_DIED.value] = died.get(LostReason.RENEWER_DIED.value, 0) + held
+        self.base = dataclasses.replace(base, lost=base.lost + held, lost_reasons=died)
+
+    def total(self, payload: object, *, in_flight: int) -> Stats:
+        """The figures, with ``payload`` (a ``Stats``) as the current renewer's newest."""
+        if isinstance(payload, Stats):
+            self.last = payload
+        total = _sum_stats(self.base, self.last)
+        return dataclasses.replace(
+            total, in_flight=in_flight, rolled_over=total.rolled_over + self.rolled_over
+        )
 
 
 class Notifier:

@@ -23,6 +23,7 @@ default ``namespace="leasekeeper"``:
 | leasekeeper_leases_registered_total | counter | registered |
 | leasekeeper_leases_ended_total{state} | counter | completed, released, lost, abandoned |
 | leasekeeper_leases_capped_total | counter | capped (part of abandoned) |
+| leasekeeper_leases_rolled_over_total | counter | rolled_over (jobs handed on before the cap) |
 | leasekeeper_leases_lost_total{reason} | counter | lost_reasons (by ``LostReason``) |
 | leasekeeper_extensions_total | counter | extended |
 | leasekeeper_extend_calls_total | counter | extend_calls |
@@ -82,6 +83,11 @@ _COUNTERS = (
         "capped",
         "Leases abandoned at the service's cap on total invisibility (also counted in "
         'leases_ended_total{state="abandoned"}).',
+    ),
+    (
+        "leases_rolled_over",
+        "rolled_over",
+        "Jobs handed on to a continuation message before the service's cap (on_cap=rollover).",
     ),
     (
         "margin_warnings",

@@ -9,6 +9,11 @@ chosen once at construction and never asked about again:
 - ``renewer="process"``: ``ProcessRenewer``, a renewer process of its own that a
   handler holding the GIL cannot stop, and that releases everything at once when
   this process dies (``leasekeeper.process_renewer``);
+- ``renewer="auto"``: the process renewer where it can run (a backend that can be
+  rebuilt in another process, the system clock, a process that may start one),
+  else the thread renewer - with one WARNING saying what is lost when starting the
+  renewer process failed. ``Worker``, ``AsyncWorker`` and ``leasekeeper worker``
+  choose this by default;
 - any object implementing ``Renewer``: a test's, or a user's own.
 
 A renewer owns the leases it makes: ``lease.complete()``, ``release()`` and
@@ -17,11 +22,12 @@ A renewer owns the leases it makes: ``lease.complete()``, ``release()`` and
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from leasekeeper.backends.base import Backend, Message
-from leasekeeper.clock import Clock
+from leasekeeper.clock import Clock, SystemClock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError
 from leasekeeper.failures import Failures
@@ -36,9 +42,20 @@ if TYPE_CHECKING:
 
 __all__ = ["OnLost", "Renewer", "RenewerChoice", "make_renewer"]
 
+log = logging.getLogger("leasekeeper.renewer")
+
 #: ``on_lost(lease, reason)``: called for every lease that is lost or abandoned.
 OnLost = Callable[[Lease, LostReason], object]
-RenewerChoice = Literal["thread", "process"]
+RenewerChoice = Literal["thread", "process", "auto"]
+
+#: What a worker loses when it renews in a thread because no renewer process started.
+WITHOUT_PROCESS = (
+    "renewing in a thread of this process instead: a handler that holds the GIL "
+    "(a long C call, a tight loop) can now delay renewals until leases lapse, and if "
+    "this process is killed its messages stay hidden until their visibility timeout "
+    "runs out (pass renewer='thread', or --renewer thread, to choose this and not be "
+    "warned)"
+)
 
 
 @runtime_checkable
@@ -137,6 +154,17 @@ def make_renewer(
     executor: Executor | None = None,
 ) -> Renewer:
     """The renewer ``choice`` names, built for ``backend`` and ``config``."""
+    if choice == "auto":
+        choice = _process_or_thread(backend, clock)
+        if choice == "process":
+            assert backend is not None
+            from leasekeeper.process_renewer import ProcessRenewer
+
+            try:
+                return ProcessRenewer(backend, config, clock=clock)
+            except Exception as exc:  # no fork/spawn, a sandbox, a spec that cannot build
+                log.warning("the renewer process could not start (%s); %s", exc, WITHOUT_PROCESS)
+                choice = "thread"
     if choice == "thread":
         from leasekeeper.thread_renewer import ThreadRenewer
 
@@ -150,5 +178,23 @@ def make_renewer(
     if isinstance(choice, Renewer):
         return choice
     raise ConfigError(
-        f"renewer must be 'thread', 'process' or a leasekeeper.Renewer, got {choice!r}"
+        f"renewer must be 'thread', 'process', 'auto' or a leasekeeper.Renewer, got {choice!r}"
     )
+
+
+def _process_or_thread(backend: Backend | None, clock: Clock) -> RenewerChoice:
+    """``"process"`` where a renewer process could renew ``backend``'s messages: a
+    backend that can be rebuilt in another process (``spec()``: not an in-memory
+    queue or a wrapper) on the system clock; else ``"thread"`` - which loses nothing
+    such a backend could have had, so it is said at debug level only."""
+    if backend is None or not isinstance(clock, SystemClock):
+        return "thread"
+    spec = getattr(backend, "spec", None)
+    try:
+        if spec is None:
+            raise ConfigError(f"{backend!r} has no spec()")
+        spec()
+    except Exception as exc:
+        log.debug("renewing in a thread: %s", exc)
+        return "thread"
+    return "process"

@@ -51,9 +51,11 @@ from leasekeeper._receive_loop import (
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import Clock, wait_until
 from leasekeeper.config import LeaseConfig
+from leasekeeper.current import handling
 from leasekeeper.errors import ManagerClosed, ReceiveError
 from leasekeeper.lease import Lease
 from leasekeeper.manager import LeaseManager
+from leasekeeper.rollover import Rollover
 
 log = logging.getLogger("leasekeeper.worker")
 
@@ -72,7 +74,8 @@ class Worker:
     wait_seconds=1.0, shutdown_timeout=30.0, config=None, renewer=None,
     prefetch=None, gather=0.05, **config_fields)``. Given a backend, the worker
     makes (and closes) its own LeaseManager from ``config``/``config_fields`` and
-    ``renewer`` ("thread", the default, or "process": see docs/guide.md); given a
+    ``renewer`` ("auto", the default: "process" where a renewer process can run,
+    else "thread"; or either by name - see docs/guide.md); given a
     manager, it uses that manager's backend and leaves the manager open.
 
     ``prefetch``: how many messages beyond its ``concurrency`` it may hold, leased,
@@ -103,7 +106,7 @@ class Worker:
         wait_seconds: float = 1.0,
         shutdown_timeout: float = 30.0,
         config: LeaseConfig | None = None,
-        renewer: Literal["thread", "process"] | None = None,
+        renewer: Literal["thread", "process", "auto"] | None = None,
         prefetch: int | None = None,
         gather: float = 0.05,
         clock: Clock | None = None,
@@ -308,8 +311,10 @@ class Worker:
         future = None
         around = self.around_handler
         try:
-            with around(message) if around is not None else _NO_SCOPE:
+            with handling(lease), around(message) if around is not None else _NO_SCOPE:
                 self.handler(message)
+        except Rollover:
+            outcome = self.intake.roll_over(lease)
         except Exception as exc:
             # One WARNING (with the traceback), from the failure policy.
             outcome, future = self.intake.fail(lease, exc)

@@ -55,7 +55,10 @@ second worker receives a message that is being handled).
 
 HANDLER is called with one leasekeeper Message (.id, .body, .receive_count).
 A normal return deletes the message; an exception releases it (visible again
-after --release-delay); a lease lost meanwhile deletes nothing. A plain
+after --release-delay); a lease lost meanwhile deletes nothing. The handler
+reaches its lease with leasekeeper.current_lease(): .progress() for
+--stall-timeout, .checkpoint(state) and raise leasekeeper.Rollover for
+--on-cap rollover (a job longer than the service's cap). A plain
 function runs on a Worker, --concurrency threads; an "async def" function on
 an AsyncWorker, --concurrency coroutines on one event loop whose renewals and
 service calls run off the loop.
@@ -84,7 +87,7 @@ environment:
                    DefaultAzureCredential when neither is set.
   --queue URL      the variables of the URL's service, as above (redis://: the
                    URL's password, or REDIS_PASSWORD).
-  With --renewer process the renewer process reads the same variables.
+  The renewer process (the default) reads the same variables.
   Credentials are never logged or shown.
 
 exit status:
@@ -100,7 +103,7 @@ example:
   # jobs.py:  def handle(message): process(message.body)
   AWS_REGION=eu-west-1 leasekeeper worker jobs:handle \\
       --sqs https://sqs.eu-west-1.amazonaws.com/123456789012/jobs \\
-      --concurrency 8 --visibility-timeout 60 --renewer process
+      --concurrency 8 --visibility-timeout 60 --stall-timeout 600
 
   leasekeeper config --visibility-timeout 60 ...  checks a LeaseConfig alone."""
 
@@ -209,10 +212,11 @@ def worker_flags(p: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--renewer",
         choices=("thread", "process"),
-        default="thread",
-        help="where renewals run: a thread of this process (default), or a process of "
-        "their own, which keeps renewing while a handler holds the GIL and releases this "
-        "worker's messages at once if it is killed",
+        default=None,
+        help="where renewals run: a process of their own (the default), which keeps "
+        "renewing while a handler holds the GIL and releases this worker's messages at "
+        "once if it is killed - when it cannot start, the worker says so and renews in "
+        "a thread; or a thread of this process (--renewer thread)",
     )
 
 
@@ -616,7 +620,8 @@ def _make_worker(
         "wait_seconds": args.wait_seconds,
         "shutdown_timeout": args.shutdown_timeout,
         "config": config,
-        "renewer": args.renewer,
+        # Unless told: the renewer process, or a thread when it cannot start (a warning).
+        "renewer": args.renewer or "auto",
         "dead_letter": args.dead_letter,
     }
     if args.concurrency is not None:

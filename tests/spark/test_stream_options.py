@@ -27,7 +27,14 @@ REPO = Path(__file__).resolve().parents[2]
     ],
 )
 def test_options_round_trip_through_strings(source: object) -> None:
-    config = LeaseConfig(visibility_timeout=45, timer_interval=0.5, max_lease_duration=3600)
+    config = LeaseConfig(
+        visibility_timeout=45,
+        timer_interval=0.5,
+        max_lease_duration=3600,
+        extend_threshold="auto",
+        stall_timeout=600,
+        on_cap="rollover",
+    )
     options = stream_options(
         source,  # type: ignore[arg-type]
         config=config,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Coroutine
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from leasekeeper.aio.held import lease
 from leasekeeper.decorator import find_message, mark_leased
@@ -68,6 +68,7 @@ def leased(
             )
             async with scope:
                 return await handler(*args, **kwargs)
+            return cast(R, None)  # it raised Rollover: the job was handed on
 
         mark_leased(run, handler)
         return run

@@ -24,15 +24,18 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import threading
 from typing import TYPE_CHECKING
 
+from leasekeeper._continuation import unwrap
 from leasekeeper.aio.futures import call_soon_threadsafe, settled
 from leasekeeper.aio.lost import LostRelay, relay_for
 from leasekeeper.backends.base import Message
 from leasekeeper.defaults import default_manager
 from leasekeeper.errors import BackendError, LeaseLost
-from leasekeeper.lease import Lease, LeaseState
+from leasekeeper.lease import Lease, LeaseState, settle_rollover
 from leasekeeper.manager import LeaseManager
+from leasekeeper.rollover import Lineage, Rollover
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -154,8 +157,34 @@ class AsyncLease:
         return self.lease.visible_for()
 
     def check(self) -> None:
-        """Raise ``LeaseLost`` if the handler no longer owns the message."""
+        """Raise ``LeaseLost`` if the handler no longer owns the message, and
+        ``Rollover`` once it is to hand the job on (``rolling`` is set)."""
         self.lease.check()
+
+    # Long jobs (docs/outliving.md): as the lease's own.
+
+    def progress(self) -> None:
+        """Say the handler is making progress (``stall_timeout``)."""
+        self.lease.progress()
+
+    def checkpoint(self, state: object) -> None:
+        """Save ``state`` (JSON) for a rollover to carry on; counts as progress."""
+        self.lease.checkpoint(state)
+
+    @property
+    def rolling(self) -> threading.Event:
+        """Set when the job is to roll over (``on_cap="rollover"``): ``is_set()``."""
+        return self.lease.rolling
+
+    @property
+    def resumed(self) -> object:
+        """The checkpoint this continuation carries; None on an original."""
+        return self.lease.resumed
+
+    @property
+    def lineage(self) -> Lineage:
+        """``(first_id, hop)`` of this message's job."""
+        return self.lease.lineage
 
     async def complete(self) -> None:
         """Delete the message (in a batch call shared with other completes); raises
@@ -278,7 +307,7 @@ class AsyncLeaseScope:
             manager = default_manager(self._message.backend)
         relay = relay_for(manager)  # before register: the relay hears of every ending
         held = AsyncLease(
-            manager.register(self._message), manager, relay, asyncio.get_running_loop()
+            manager.register(unwrap(self._message)), manager, relay, asyncio.get_running_loop()
         )
         held.begin(cancel_on_lost=self._cancel_on_lost)
         self._held = held
@@ -289,12 +318,16 @@ class AsyncLeaseScope:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> bool:
         held = self._held
         assert held is not None, "AsyncLeaseScope exited without entering"
         lost_cancelled = held.end()
         if lost_cancelled and exc_type is not None and issubclass(exc_type, asyncio.CancelledError):
             raise LeaseLost(held.id, held.reason or "lost") from None
+        if exc_type is not None and issubclass(exc_type, Rollover):
+            # The send and the delete block: off the loop.
+            await asyncio.get_running_loop().run_in_executor(None, settle_rollover, held.lease)
+            return True  # handed on: the block's job is done
         if exc_type is None:
             try:
                 await held.complete()
@@ -303,9 +336,9 @@ class AsyncLeaseScope:
                 # the message comes back and is done again, rather than hide it for ever.
                 held.lease.owner.abandon(held.lease, "delete failed: left to lapse")
                 raise
-            return
+            return False
         if held.is_lost:
-            return  # ended already: nothing to release; the handler's exception matters more
+            return False  # ended: nothing to release; the handler's exception matters more
         try:
             # Released after the growing delay, or a poison message dead-lettered.
             await held.fail(exc, self._delay)
@@ -315,6 +348,7 @@ class AsyncLeaseScope:
             # The handler's own exception matters more; the lease is left to lapse,
             # so the message still comes back.
             log.exception("release of message %r after a handler error failed", held.id)
+        return False
 
 
 def lease(

@@ -58,9 +58,11 @@ from leasekeeper.aio.lost import LostRelay, relay_for
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import Alarm, Clock, DrivenClock
 from leasekeeper.config import LeaseConfig
+from leasekeeper.current import handling
 from leasekeeper.errors import ManagerClosed, ReceiveError
 from leasekeeper.lease import Lease
 from leasekeeper.manager import LeaseManager
+from leasekeeper.rollover import Rollover
 from leasekeeper.worker import AroundHandler
 
 __all__ = ["AsyncHandler", "AsyncWorker"]
@@ -95,7 +97,7 @@ class AsyncWorker:
         wait_seconds: float = 1.0,
         shutdown_timeout: float = 30.0,
         config: LeaseConfig | None = None,
-        renewer: Literal["thread", "process"] | None = None,
+        renewer: Literal["thread", "process", "auto"] | None = None,
         prefetch: int | None = None,
         gather: float = 0.05,
         cancel_on_lost: bool = False,
@@ -351,8 +353,13 @@ class AsyncWorker:
             started = self.clock.now()
             around = self.around_handler
             try:
-                with around(message) if around is not None else nullcontext():
+                with handling(lease), around(message) if around is not None else nullcontext():
                     await self.handler(message)
+            except Rollover:
+                held.end()
+                # Two blocking calls (the send, the delete): off the loop.
+                loop = asyncio.get_running_loop()
+                outcome = await loop.run_in_executor(None, self.intake.roll_over, lease)
             except asyncio.CancelledError:
                 if not held.end():
                     raise  # not a loss: shutdown cancelled it (its message was released)

@@ -127,7 +127,7 @@ class StreamOptions:
         for name, field in _CONFIG_FIELDS.items():
             value = getattr(self.config, name)
             if value is not None and value != field.default:
-                out[name] = repr(value)
+                out[name] = value if isinstance(value, str) else repr(value)
         defaults = StreamOptions.__dataclass_fields__
         for name in _STREAM_KEYS:
             value = getattr(self, name)
@@ -179,6 +179,8 @@ def _convert(name: str, text: str, kind: type) -> Any:
 
 
 def _config_value(name: str, text: str) -> Any:
+    if name == "on_cap" or (name == "extend_threshold" and text.strip() == "auto"):
+        return text.strip()  # a word, not a number
     if name == "max_concurrency":
         return _convert(name, text, int)
     if text.strip().lower() == "none":
