@@ -23,6 +23,7 @@ from benchmarks import (
     bench_adaptive,
     bench_calls,
     bench_capacity,
+    bench_cluster,
     bench_failover,
     bench_idle_cpu,
     bench_lag,
@@ -56,6 +57,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], BenchResult]]] = {
         bench_worker_calls,
         bench_adaptive,
         bench_stream,
+        bench_cluster,
     )
 }
 DOCS = REPO_ROOT / "docs" / "performance.md"

@@ -217,7 +217,14 @@ def test_driver_loss_costs_one_visibility_timeout(spark: Any, sqs: Any, tmp_path
     out, checkpoint, marks = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "marks"
     udf = F.udf(slow_marker(marks, 0.1))
     before = runner_pids()
-    frame = read_stream(spark, source, config=CONFIG, max_messages_per_batch=20, partitions=2)
+    frame = read_stream(
+        spark,
+        source,
+        config=CONFIG,
+        max_messages_per_batch=20,
+        partitions=2,
+        receive_concurrency=ONE_AT_A_TIME,
+    )
     query = (
         frame.withColumn("seen", udf("body"))
         .writeStream.format("parquet")
@@ -240,7 +247,14 @@ def test_driver_loss_costs_one_visibility_timeout(spark: Any, sqs: Any, tmp_path
     took = wait_for(lambda: not_visible(client, url) == 0, 60, "the held messages to lapse")
     print(f"\nthe dead reader's messages were back {took:.2f}s after the query ended")
     run_available_now(
-        read_stream(spark, source, config=CONFIG, max_messages_per_batch=20, partitions=2),
+        read_stream(
+            spark,
+            source,
+            config=CONFIG,
+            max_messages_per_batch=20,
+            partitions=2,
+            receive_concurrency=ONE_AT_A_TIME,
+        ),
         out,
         checkpoint,
     )

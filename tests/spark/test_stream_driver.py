@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -68,7 +69,8 @@ def ids(parts: list[list[tuple[Any, ...]]]) -> list[str]:
 def test_batches_are_planned_from_start_and_deleted_on_commit(make_driver: Any) -> None:
     queue = MemoryQueue(30)
     sent = queue.send_many([f"job-{n}" for n in range(25)])
-    driver = make_driver(queue, max_messages_per_batch=10, partitions=3)
+    # No receiving ahead, so the queue's in-flight count is exactly what batches hold.
+    driver = make_driver(queue, max_messages_per_batch=10, partitions=3, prefetch=0)
     assert driver.initial_offset() == B(0)
     assert driver.latest_offset(B(0)) == B(1)
     parts = driver.plan(B(0), B(1))
@@ -128,11 +130,73 @@ def test_offsets_this_driver_never_held_plan_nothing_and_commit_nothing(
 def test_asked_twice_for_the_same_start_gives_the_same_batch(make_driver: Any) -> None:
     queue = MemoryQueue(30)
     queue.send_many([str(n) for n in range(20)])
-    driver = make_driver(queue, max_messages_per_batch=5)
+    driver = make_driver(queue, max_messages_per_batch=5, prefetch=0)
     assert driver.latest_offset(B(0)) == B(1)
     assert driver.latest_offset(B(0)) == B(1)
     assert len(ids(driver.plan(B(0), B(1)))) == 5
     assert queue.in_flight_count() == 5
+
+
+class Gated(ForwardingBackend):
+    """Receives wait while the gate is closed (as a slow service would)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def receive(
+        self, max_messages: int = 1, wait_seconds: float = 0.0, visibility_timeout: Any = None
+    ) -> list[Message]:
+        self.gate.wait()
+        return super().receive(max_messages, wait_seconds, visibility_timeout)
+
+
+def test_the_next_batch_is_received_and_leased_while_spark_runs_this_one(
+    make_driver: Any,
+) -> None:
+    queue = MemoryQueue(2)  # lapses after 2 s unless renewed
+    sent = queue.send_many([f"job-{n}" for n in range(30)])
+    backend = Gated(queue)
+    driver = make_driver(backend, max_messages_per_batch=10)  # prefetch: 10 ahead
+    assert driver.latest_offset(B(0)) == B(1)
+    first = set(ids(driver.plan(B(0), B(1))))
+    # While "Spark runs" batch 1, the next 10 are received and leased: renewed, hidden.
+    wait_for(lambda: queue.in_flight_count() == 20, what="10 messages leased ahead")
+    time.sleep(2 * CONFIG.visibility_timeout)
+    assert queue.visible_count() == 10 and driver.counts.lost == 0
+    # The next batch comes out of the buffer, with the service not answering at all.
+    backend.gate.clear()
+    try:
+        assert driver.latest_offset(B(1)) == B(2)
+    finally:
+        backend.gate.set()
+    second = set(ids(driver.plan(B(1), B(2))))
+    assert len(second) == 10 and not first & second
+    # A commit deletes its batch only: what is leased ahead is in no batch yet.
+    driver.commit(B(1))
+    assert len(queue) == 20 and driver.counts.deleted == 10
+    wait_for(lambda: queue.in_flight_count() == 20, what="the next 10 leased ahead")
+    # Stopping releases every lease not committed: batch 2 and the buffer.
+    assert driver.stop() is True
+    assert queue.visible_count() == 20 and driver.counts.released == 20
+    assert set(sent) - first == {message.id for message in queue.receive(30)}
+
+
+def test_a_lease_lost_while_buffered_gives_no_row(make_driver: Any) -> None:
+    queue = MemoryQueue(2)
+    sent = queue.send_many([str(n) for n in range(10)])
+    driver = make_driver(queue, max_messages_per_batch=5)
+    assert driver.latest_offset(B(0)) == B(1)
+    planned = set(ids(driver.plan(B(0), B(1))))
+    wait_for(lambda: queue.in_flight_count() == 10, what="5 messages leased ahead")
+    buffered = next(message_id for message_id in sent if message_id not in planned)
+    queue.rotate_receipt(buffered)  # as if someone else received it
+    wait_for(lambda: driver.counts.lost == 1, what="the lease to be lost at its next extend")
+    assert driver.latest_offset(B(1)) == B(2)
+    rows = ids(driver.plan(B(1), B(2)))
+    assert buffered not in rows and len(rows) == 4
+    assert driver.counts.dropped == 1
 
 
 def test_admission_control_limits_a_batch(make_driver: Any) -> None:
@@ -350,7 +414,9 @@ SIGTERM_SCRIPT = textwrap.dedent(
     )
     driver = StreamDriver(options, backend=SlowSecondReceive(SQSBackend(client, url)))
     assert install_sigterm_handler(lambda: driver)
-    print("batch", driver.latest_offset({"batch": 0}), flush=True)
+    # The second receive is the reader's receiving ahead while batch 1 "runs" (or
+    # the one batch 2 waits for): SIGTERM comes while it is under way.
+    driver.latest_offset({"batch": 0})
     driver.plan({"batch": 0}, {"batch": 1})
     driver.latest_offset({"batch": 1})
     print("survived", flush=True)

@@ -41,6 +41,7 @@ def test_options_round_trip_through_strings(source: object) -> None:
         max_messages_per_batch=250,
         partitions=8,
         log_level="info",
+        prefetch=0,
     )
     strings = options.to_options()
     assert all(isinstance(v, str) for v in strings.values())
@@ -59,6 +60,11 @@ def test_defaults() -> None:
         1,
         8,
     )
+    # The reader receives ahead up to a batch's worth by default, none with 0.
+    assert parsed.prefetch is None and parsed.lease_ahead == 1000
+    assert (
+        StreamOptions.parse({"backend": "sqs", "queue_url": "u", "prefetch": "0"}).lease_ahead == 0
+    )
 
 
 @pytest.mark.parametrize(
@@ -74,6 +80,8 @@ def test_defaults() -> None:
         ({"backend": "sqs", "queue_url": "u", "poll_seconds": "-1"}, "poll_seconds"),
         ({"backend": "sqs", "queue_url": "u", "visibility_timeout": "1"}, "visibility_timeout"),
         ({"backend": "sqs", "queue_url": "u", "log_level": "loud"}, "log_level"),
+        ({"backend": "sqs", "queue_url": "u", "prefetch": "-1"}, "prefetch must be None or"),
+        ({"backend": "sqs", "queue_url": "u", "prefetch": "all"}, "'prefetch' must be an int"),
     ],
 )
 def test_bad_options_are_refused(options: dict[str, str], message: str) -> None:

@@ -22,6 +22,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from leasekeeper.backends import credentials
 from leasekeeper.backends.registry import parse_url
 from leasekeeper.clock import Clock
 from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
@@ -107,13 +108,18 @@ def sqs(
         if len(parsed.path) != 2:
             raise ValueError(f"{parsed.text!r} is not an SQS queue URL: .../<account>/<name>")
         queue_url = url.split("?", 1)[0]
-    client = boto3.client(
-        "sqs",
-        # None: AWS_DEFAULT_REGION, then the shared configuration
-        region_name=region or url_region or os.environ.get("AWS_REGION") or None,
-        endpoint_url=endpoint,
-        config=Config(connect_timeout=5, read_timeout=MAX_WAIT_SECONDS + 10),
-    )
+    from botocore.exceptions import NoRegionError
+
+    try:
+        client = boto3.client(
+            "sqs",
+            # None: AWS_DEFAULT_REGION, then the shared configuration
+            region_name=region or url_region or os.environ.get("AWS_REGION") or None,
+            endpoint_url=endpoint,
+            config=Config(connect_timeout=5, read_timeout=MAX_WAIT_SECONDS + 10),
+        )
+    except NoRegionError as exc:  # say which variables, and where on a cluster
+        raise ConfigError(f"NoRegionError: {credentials.aws_configuration(exc)}") from exc
     if queue_url is None:
         try:
             queue_url = client.get_queue_url(QueueName=parsed.host)["QueueUrl"]
@@ -232,8 +238,11 @@ def azure(
     else:
         if account_url is None and account is None:
             raise ConfigError(
-                f"{parsed.text!r} needs AZURE_STORAGE_CONNECTION_STRING in the environment, "
-                "or an account (azure://<account>/<queue>)"
+                credentials.missing_variables(
+                    f"{parsed.text!r} names no account (azure://<account>/<queue>) and this "
+                    "process has no connection string",
+                    [credentials.AZURE_CONNECTION],
+                )
             )
         account_url = account_url or f"https://{account}.queue.core.windows.net"
         credential: Any = os.environ.get("AZURE_STORAGE_SAS_TOKEN") or None
@@ -244,10 +253,8 @@ def azure(
         if credential is None and env_conn:
             client = QueueClient.from_connection_string(env_conn, queue)
         else:
-            if credential is None:
-                from azure.identity import DefaultAzureCredential
-
-                credential = DefaultAzureCredential()
+            if credential is None:  # a ConfigError naming the variables without azure-identity
+                credential = credentials.azure_default_credential(account_url)
             client = QueueClient(account_url, queue, credential=credential)
     margin: dict[str, Any] = {} if expiry_margin is None else {"expiry_margin": expiry_margin}
     return AzureQueueBackend(client, clock=clock, max_lease_age=max_lease_age, **margin)

@@ -36,6 +36,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[sqs]'"
     ) from _exc
 
+from leasekeeper.backends import credentials
 from leasekeeper.backends.base import (
     OK,
     REDACTED,
@@ -200,7 +201,8 @@ def _classify_exception(exc: BaseException) -> tuple[OutcomeKind, str, str]:
     if isinstance(exc, (boto.ConnectionError, boto.HTTPClientError)):
         return "retry", name, ""
     if isinstance(exc, _NOT_CONFIGURED):
-        return "fatal", f"{name}: the client is not configured to reach SQS", ""
+        # Which variable is missing, and where it goes on a cluster (executors).
+        return "fatal", f"{name}: {credentials.aws_configuration(exc)}", ""
     if isinstance(exc, boto.ParamValidationError):
         return "fatal", f"{name}: malformed request (a leasekeeper bug, please report)", ""
     return "retry", name, ""

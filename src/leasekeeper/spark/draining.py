@@ -18,7 +18,10 @@ small thread pool, and then, per batch:
    hidden name, then renamed into place), and only then
 2. deletes the messages whose handler succeeded.
 
-So a message is deleted only after its row is durable. A handler that raises has
+So a message is deleted only after its row is durable. Steps 1 and 2 of a batch
+run on a thread of their own while the task receives and handles the next batch
+(a task holds at most two batches), so the output's writes and the service's
+round trips overlap instead of adding up. A handler that raises has
 its message released (``release_delay``, growing with the receive count through
 ``release_backoff``) and a ``released`` row with the error. When an executor or a
 Python worker dies mid-message, its leases lapse after one short visibility
@@ -29,6 +32,7 @@ the completed row winning over earlier released/lost rows.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -37,7 +41,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -228,8 +232,38 @@ def _write_rows(output: str, name: str, rows: list[dict[str, Any]]) -> None:
     filesystem.move(hidden, f"{root}/{name}")
 
 
+def _finish(
+    spec: _TaskSpec,
+    manager: LeaseManager,
+    name: str,
+    leases: list[Lease],
+    results: list[tuple[dict[str, Any], bool]],
+) -> dict[str, int]:
+    """One handled batch: its rows written (durable), and only then the deletes of the
+    messages whose handler succeeded, in batch calls. Returns the statuses' counts."""
+    rows = [row for row, _ in results]
+    if rows:
+        _write_rows(spec.output, name, rows)
+    done = [lease for lease, (_, delete) in zip(leases, results, strict=True) if delete]
+    for error in manager.complete_many(done) if done else []:
+        if isinstance(error, LeaseLost):
+            # The row says completed; another task may redo the message and
+            # write its own completed row, which the result deduplicates.
+            log.warning("delete after a written row failed: %s", error)
+        elif error is not None:
+            log.warning("delete failed (the message will reappear): %s", error)
+    statuses: dict[str, int] = {}
+    for row in rows:
+        statuses[row["status"]] = statuses.get(row["status"], 0) + 1
+    return statuses
+
+
 def _run_task(spec: _TaskSpec, task: int) -> dict[str, Any]:
-    """One Spark task: receive, lease, handle, write, delete, until idle or quota."""
+    """One Spark task: receive, lease, handle, write, delete, until idle or quota.
+
+    A batch's rows are written and its messages deleted on a thread of their own
+    while the next batch is received and handled, so a task holds at most two
+    batches: the service's round trips and the output's writes overlap."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -240,51 +274,65 @@ def _run_task(spec: _TaskSpec, task: int) -> dict[str, Any]:
     idle_since = begun
     batch_no = 0
     poll = min(spec.idle_seconds, 1.0)
-    with ThreadPoolExecutor(spec.concurrency, thread_name_prefix="leasekeeper-drain") as pool:
-        while spec.quota is None or tally.taken < spec.quota:
-            want = min(spec.batch_size, getattr(backend, "max_receive", spec.batch_size))
-            if spec.quota is not None:
-                want = min(want, spec.quota - tally.taken)
-            messages = backend.receive(
-                max_messages=want,
-                wait_seconds=poll,
-                visibility_timeout=spec.config.visibility_timeout,
-            )
-            if not messages:
-                if time.monotonic() - idle_since >= spec.idle_seconds:
-                    break
-                continue
-            idle_since = time.monotonic()
-            tally.taken += len(messages)
-            leases = []
-            for message in messages:
-                try:
-                    leases.append(manager.register(message))
-                except LeaseTooShort as exc:
-                    log.warning("%s; left for another task", exc)
-            futures = [pool.submit(_run_handler, spec, lease, task, attempt) for lease in leases]
-            results = [future.result() for future in futures]
-            rows = [row for row, _ in results]
-            if rows:
-                # Durable first: only messages whose row is written get deleted.
-                _write_rows(
-                    spec.output,
-                    f"part-{spec.run_id}-{task:05d}-{attempt}-{batch_no:06d}.parquet",
-                    rows,
+    held: list[Lease] = []  # leases of batches not finished yet
+    finishing: Future[dict[str, int]] | None = None
+
+    def settle() -> None:
+        # Wait for the batch being finished; add up its statuses.
+        nonlocal finishing
+        if finishing is not None:
+            for status, count in finishing.result().items():
+                tally.statuses[status] = tally.statuses.get(status, 0) + count
+            finishing = None
+
+    with (
+        ThreadPoolExecutor(spec.concurrency, thread_name_prefix="leasekeeper-drain") as pool,
+        ThreadPoolExecutor(1, thread_name_prefix="leasekeeper-drain-finish") as finisher,
+    ):
+        try:
+            while spec.quota is None or tally.taken < spec.quota:
+                want = min(spec.batch_size, getattr(backend, "max_receive", spec.batch_size))
+                if spec.quota is not None:
+                    want = min(want, spec.quota - tally.taken)
+                messages = backend.receive(
+                    max_messages=want,
+                    wait_seconds=poll,
+                    visibility_timeout=spec.config.visibility_timeout,
                 )
+                if not messages:
+                    if time.monotonic() - idle_since >= spec.idle_seconds:
+                        break
+                    continue
+                idle_since = time.monotonic()
+                tally.taken += len(messages)
+                leases = []
+                for message in messages:
+                    try:
+                        leases.append(manager.register(message))
+                    except LeaseTooShort as exc:
+                        log.warning("%s; left for another task", exc)
+                held = [*held, *leases]  # a new list: the one being finished is its own
+                futures = [
+                    pool.submit(_run_handler, spec, lease, task, attempt) for lease in leases
+                ]
+                results = [future.result() for future in futures]
+                settle()  # one batch finishing at a time: a task holds at most two
+                held = list(leases)
+                name = f"part-{spec.run_id}-{task:05d}-{attempt}-{batch_no:06d}.parquet"
                 batch_no += 1
-            # The batch's deletes in batch calls (up to the backend's max_batch each).
-            done = [lease for lease, (_, delete) in zip(leases, results, strict=True) if delete]
-            for error in manager.complete_many(done) if done else []:
-                if isinstance(error, LeaseLost):
-                    # The row says completed; another task may redo the message and
-                    # write its own completed row, which the result deduplicates.
-                    log.warning("delete after a written row failed: %s", error)
-                elif error is not None:
-                    log.warning("delete failed (the message will reappear): %s", error)
-            for row, _ in results:
-                status = row["status"]
-                tally.statuses[status] = tally.statuses.get(status, 0) + 1
+                finishing = finisher.submit(_finish, spec, manager, name, leases, results)
+            settle()
+            held = []
+        finally:
+            # A task that fails (its output cannot be written, the service refuses...)
+            # lets the batch being finished end, then hands back what it still holds
+            # rather than leave the process's manager renewing it.
+            if finishing is not None:
+                with contextlib.suppress(Exception):
+                    finishing.result()
+            unfinished = [lease for lease in held if lease.state is LeaseState.ACTIVE]
+            if unfinished:
+                manager.release_many(unfinished, 0)
     tally.completed = tally.statuses.get("completed", 0)
     tally.released = tally.statuses.get("released", 0)
     tally.lost = tally.statuses.get("lost", 0)

@@ -65,6 +65,7 @@ def read_stream(
     poll_seconds: float = 1.0,
     fill_seconds: float = 2.0,
     log_level: str | None = None,
+    prefetch: int | None = None,
 ) -> DataFrame:
     """A streaming DataFrame of the messages of the queue ``queue=URL`` names (any
     URL ``leasekeeper.connect`` takes), or of ``source`` (``backend.spec()``,
@@ -72,11 +73,14 @@ def read_stream(
     ``leasekeeper.spark.stream_rows``.
 
     ``config`` is the LeaseConfig of the reader's leases (its ``visibility_timeout``
-    is also what each receive asks for). Each micro-batch takes at most
-    ``max_messages_per_batch`` messages, received with up to
-    ``receive_concurrency`` calls in flight for at most ``fill_seconds``, after a
-    long poll of ``poll_seconds`` that finds the first; it is split into
-    ``partitions`` Spark partitions (default: the session's default parallelism).
+    is also what each receive asks for). The reader keeps receiving while Spark
+    runs batches: up to ``prefetch`` messages (default ``max_messages_per_batch``;
+    0 receives only when Spark asks) are received and leased ahead, with up to
+    ``receive_concurrency`` calls in flight, or one long poll of ``poll_seconds``
+    while the queue is empty. Each micro-batch takes at most
+    ``max_messages_per_batch`` of them, waiting at most ``fill_seconds`` for more
+    when fewer are there; it is split into ``partitions`` Spark partitions
+    (default: the session's default parallelism).
     ``log_level`` (e.g. "INFO") makes the reader's process log to stderr.
     Credentials come from the *driver's* environment: the reader's process runs
     there; executors never call the queue service.
@@ -96,6 +100,7 @@ def read_stream(
         poll_seconds=poll_seconds,
         fill_seconds=fill_seconds,
         log_level=log_level,
+        prefetch=prefetch,
     )
     register(spark)
     return spark.readStream.format(FORMAT).options(**options.to_options()).load()

@@ -3,12 +3,22 @@
 PySpark runs a streaming reader's driver-side methods (``initialOffset``,
 ``latestOffset``, ``partitions``, ``commit``, ``stop``) in one long-lived Python
 process per query. A ``StreamDriver`` lives there: it builds the backend and one
-``LeaseManager`` on first use, and for each micro-batch
+``LeaseManager`` on first use, and
 
-1. ``latest_offset(start)`` receives up to ``max_messages_per_batch`` messages
-   (one long poll, then up to ``receive_concurrency`` receives at a time while
-   pages keep coming, for at most ``fill_seconds``), leases each as soon as its
-   receive returns, and names them batch ``start + 1``;
+0. a **prefetcher** thread keeps receiving and leasing into a buffer of up to
+   ``prefetch`` messages (by default ``max_messages_per_batch``) while Spark runs,
+   plans and commits batches, so the receives never wait for Spark: one long poll
+   of ``poll_seconds`` while the queue is empty, rounds of up to
+   ``receive_concurrency`` receives at a time while pages keep coming. Buffered
+   messages are leased (renewed like the others) and belong to no batch yet;
+   nothing is deleted before the sink commits it.
+
+and for each micro-batch
+
+1. ``latest_offset(start)`` takes up to ``max_messages_per_batch`` messages from
+   the buffer: at once when it holds that many, else it waits while the
+   prefetcher keeps bringing more, for at most ``fill_seconds`` (or until a
+   receive finds the queue empty), and names them batch ``start + 1``;
 2. ``plan(start, end)`` turns the batches in ``(start, end]`` into rows, split
    into ``partitions`` lists (executors only emit them); a lease already lost
    gives no row (its message comes back and is read again);
@@ -18,8 +28,8 @@ process per query. A ``StreamDriver`` lives there: it builds the backend and one
    *next* batch, after the sink committed this one. So that the last batch of a
    burst is committed too, ``latest_offset`` asks for one empty batch when it
    received nothing but still holds an uncommitted batch.
-4. ``stop()`` releases every lease not committed (visibility 0) and closes the
-   manager.
+4. ``stop()`` releases every lease not committed, buffered ones included
+   (visibility 0), and closes the manager.
 
 Offsets are ``{"batch": n}`` and always built from ``start``: after a restart
 Spark hands back its checkpoint's offset, so they keep growing; an offset this
@@ -49,12 +59,13 @@ from typing import Any, TypeVar
 
 from leasekeeper.backends.base import Backend
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
-from leasekeeper.errors import LeaseError, LeaseLost, LeaseTooShort, ReceiveError
+from leasekeeper.errors import LeaseError, LeaseLost
 from leasekeeper.lease import Lease, LeaseState
 from leasekeeper.manager import LeaseManager
 from leasekeeper.spark.sources import build_backend
 from leasekeeper.spark.stream_options import StreamOptions
-from leasekeeper.spark.stream_rows import Row, message_row, sent_at
+from leasekeeper.spark.stream_prefetch import Prefetcher
+from leasekeeper.spark.stream_rows import Row, message_row
 
 log = logging.getLogger("leasekeeper.spark.stream")
 
@@ -62,8 +73,6 @@ T = TypeVar("T")
 
 # The longest stop() waits for a receive or commit under way before releasing anyway.
 STOP_WAIT = 60.0
-# A first receive that fails transiently is retried after 0.5, 1, 2, 4 and 8 s.
-RECEIVE_RETRY_LIMIT = 8.0
 
 
 class StreamStopped(LeaseError):
@@ -106,9 +115,10 @@ class StreamDriver:
         self.counts = StreamCounts()
         self._backend = backend
         self._manager: LeaseManager | None = None
+        self._prefetcher: Prefetcher | None = None
         self._clock: Clock = SYSTEM_CLOCK
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="leasekeeper-stream")
-        self._receivers: ThreadPoolExecutor | None = None
+        self._committers: ThreadPoolExecutor | None = None
         # Guards the batches, the retry list and the counts. Never taken on the main
         # thread outside stop(): a signal handler there may need it.
         self._lock = threading.Lock()
@@ -119,7 +129,6 @@ class StreamDriver:
         self._stopping = False  # plain flag: set without a lock (by a signal handler too)
         self._stop_begun = False
         self._cutoff: float | None = None  # Trigger.AvailableNow: sent after this, not "now"
-        self._exhausted = False
 
     # ------------------------------------------------------------------ operations
 
@@ -143,13 +152,15 @@ class StreamDriver:
         return offset_of(0)
 
     def prepare_available_now(self) -> None:
-        """Trigger.AvailableNow: take what was sent until now, then end (see ``_take``)."""
+        """Trigger.AvailableNow: take what was sent until now, then end (see
+        ``leasekeeper.spark.stream_prefetch``)."""
         self._cutoff = time.time()
-        self._exhausted = False
+        if self._prefetcher is not None:
+            self._prefetcher.available_now(self._cutoff)
 
     def latest_offset(self, start: Mapping[str, Any], max_rows: int | None = None) -> Any:
-        """Receive the next batch: ``start + 1`` with its messages leased, or ``start``
-        itself when there is nothing new and nothing left to commit."""
+        """The next batch: ``start + 1`` with its messages leased, or ``start`` itself
+        when there is nothing new and nothing left to commit."""
         first = batch_of(start)
         want = self.options.max_messages_per_batch
         if max_rows is not None:
@@ -175,7 +186,7 @@ class StreamDriver:
 
     # ------------------------------------------------------------------ worker side
 
-    def _start(self) -> tuple[Backend, LeaseManager]:
+    def _start(self) -> tuple[Backend, LeaseManager, Prefetcher]:
         if self._manager is None:
             if self._backend is None:
                 self._backend = build_backend(self.options.source)
@@ -183,113 +194,42 @@ class StreamDriver:
             self._manager = LeaseManager(
                 self._backend, self.options.config, on_lost=self._on_lost
             ).start()
-            self._receivers = ThreadPoolExecutor(
-                self.options.receive_concurrency, thread_name_prefix="leasekeeper-stream-receive"
+            self._committers = ThreadPoolExecutor(
+                self.options.receive_concurrency, thread_name_prefix="leasekeeper-stream-commit"
             )
+            self._prefetcher = Prefetcher(self._backend, self._manager, self.options, self._add)
+            if self._cutoff is not None:
+                self._prefetcher.available_now(self._cutoff)
             log.info("stream reader started on %r", self._backend)
-        assert self._backend is not None
-        return self._backend, self._manager
+        assert self._backend is not None and self._prefetcher is not None
+        return self._backend, self._manager, self._prefetcher
+
+    def _add(self, count: str, value: int) -> None:
+        if value:
+            with self._lock:
+                setattr(self.counts, count, getattr(self.counts, count) + value)
 
     def _on_lost(self, lease: Lease, reason: str) -> None:
-        with self._lock:
-            self.counts.lost += 1
+        self._add("lost", 1)
 
     def _latest(self, first: int, want: int) -> int:
         with self._lock:
             if self._batches.get(first + 1):
                 return first + 1  # asked again for the same start: the same batch
             waiting = any(leases for batch, leases in self._batches.items() if batch <= first)
-        leases = [] if self._exhausted else self._take(want)
+        _, _, prefetcher = self._start()
+        leases = prefetcher.take(want)
         with self._lock:
             if leases:
                 self._batches[first + 1] = leases
                 return first + 1
-            if waiting:
+            if waiting and not self._stopping:
                 # Spark commits a batch only while planning the next one: without this
                 # empty one, the last batch of a burst would stay hidden, uncommitted.
                 self._batches[first + 1] = []
                 self.counts.empty_batches += 1
                 return first + 1
         return first
-
-    def _take(self, want: int) -> list[Lease]:
-        """Receive and lease up to ``want`` messages: one long poll, then rounds of
-        parallel receives while they keep bringing messages, within ``fill_seconds``."""
-        backend, _ = self._start()
-        per_call = max(1, min(want, getattr(backend, "max_receive", 10)))
-        begun = time.monotonic()
-        first = self._receive(per_call, self.options.poll_seconds)
-        pause = 0.5
-        while first is None and not self._stopping and pause <= RECEIVE_RETRY_LIMIT:
-            # A transient failure is not an empty queue (Trigger.AvailableNow would end).
-            time.sleep(pause)
-            pause *= 2
-            first = self._receive(per_call, self.options.poll_seconds)
-        if first is None:
-            return []
-        taken = first
-        going = self._keep_going(taken, failed=False)
-        while going and len(taken) < want and not self._stopping:
-            if time.monotonic() - begun >= self.options.fill_seconds:
-                break
-            remaining = want - len(taken)
-            calls = min(self.options.receive_concurrency, math.ceil(remaining / per_call))
-            sizes = [min(per_call, remaining - i * per_call) for i in range(calls)]
-            pool = self._receivers
-            assert pool is not None
-            pages = [page.result() for page in [pool.submit(self._receive, n, 0.0) for n in sizes]]
-            got = [lease for page in pages if page is not None for lease in page]
-            taken += got
-            going = self._keep_going(got, failed=None in pages)
-        return taken
-
-    def _keep_going(self, got: list[Lease], *, failed: bool) -> bool:
-        """Another round after one that brought ``got``? Not after an empty round; and
-        under Trigger.AvailableNow, not after a round with nothing sent before it began
-        (the run then ends: messages sent later are the next run's). A round whose
-        receives failed ends the batch, not the run."""
-        if not got:
-            if not failed:
-                self._exhausted = self._cutoff is not None
-            return False
-        cutoff = self._cutoff
-        if cutoff is None:
-            return True
-        for lease in got:
-            sent = sent_at(lease.message)
-            if sent is None or sent.timestamp() <= cutoff:
-                return True
-        self._exhausted = True
-        return False
-
-    def _receive(self, count: int, wait: float) -> list[Lease] | None:
-        """One receive, its messages leased; None when it failed transiently."""
-        if self._stopping:
-            return []
-        backend, manager = self._start()
-        try:
-            messages = backend.receive(
-                max_messages=count,
-                wait_seconds=wait,
-                visibility_timeout=self.options.config.visibility_timeout,
-            )
-        except ReceiveError as exc:
-            if not exc.retryable:
-                raise  # the queue is gone or the credentials are refused: the query fails
-            log.warning("a receive failed (%s)", exc)
-            return None
-        leases: list[Lease] = []
-        short = 0
-        for message in messages:
-            try:
-                leases.append(manager.register(message))
-            except LeaseTooShort as exc:
-                short += 1
-                log.warning("%s; it is left to reappear", exc)
-        with self._lock:
-            self.counts.received += len(leases)
-            self.counts.too_short += short
-        return leases
 
     def _plan(self, first: int, last: int) -> list[list[Row]]:
         with self._lock:
@@ -383,8 +323,8 @@ class StreamDriver:
         whole number of the backend's batches: where a delete takes one message a
         call (MNS and Azure through complete_many), a commit of 1,000 would
         otherwise be 1,000 calls in a row."""
-        backend, manager = self._start()
-        pool = self._receivers
+        backend, manager, _ = self._start()
+        pool = self._committers
         per_call = max(1, backend.max_batch)
         calls = math.ceil(len(leases) / per_call)
         parts = min(self.options.receive_concurrency, calls)
@@ -407,7 +347,10 @@ class StreamDriver:
             return False
         self._stop_begun = True
         self._stopping = True
-        if not self._idle.wait(timeout):
+        deadline = time.monotonic() + timeout
+        prefetcher = self._prefetcher
+        quiet = prefetcher.stop(timeout) if prefetcher is not None else True
+        if not self._idle.wait(max(0.0, deadline - time.monotonic())) or not quiet:
             log.warning("stopping while a receive or commit is still under way")
         manager = self._manager
         if manager is not None:
@@ -435,8 +378,10 @@ class StreamDriver:
     def shutdown_threads(self) -> None:
         """Let the worker threads go (after ``stop``; not from a signal handler)."""
         self._worker.shutdown(wait=False)
-        if self._receivers is not None:
-            self._receivers.shutdown(wait=False)
+        if self._committers is not None:
+            self._committers.shutdown(wait=False)
+        if self._prefetcher is not None:
+            self._prefetcher.shutdown()
 
 
 def install_sigterm_handler(driver: Callable[[], StreamDriver | None]) -> bool:

@@ -18,7 +18,9 @@ max_messages_per_batch      1000       most messages one micro-batch takes
 partitions                  1          Spark partitions a micro-batch is split into
 receive_concurrency         8          receive calls in flight while filling a batch
 poll_seconds                1          long poll of an empty queue, per latestOffset
-fill_seconds                2          most time spent filling one micro-batch
+fill_seconds                2          most time a micro-batch waits to fill up
+prefetch                    (max_m.)   messages received and leased ahead, while
+                                       Spark runs the batches before (0: none)
 log_level                   (unset)    e.g. INFO: the reader process logs
                                        ``leasekeeper`` records at that level to stderr
 visibility_timeout, ...                any ``LeaseConfig`` field (the reader's leases)
@@ -63,12 +65,18 @@ class StreamOptions:
     poll_seconds: float = 1.0
     fill_seconds: float = 2.0
     log_level: str | None = None
+    prefetch: int | None = None  # None: max_messages_per_batch
 
     def __post_init__(self) -> None:
         for name in ("max_messages_per_batch", "partitions", "receive_concurrency"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        prefetch = self.prefetch
+        if prefetch is not None and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+        ):
+            raise ValueError(f"prefetch must be None or an integer >= 0, got {prefetch!r}")
         for name in ("poll_seconds", "fill_seconds"):
             value = getattr(self, name)
             if not (
@@ -127,6 +135,11 @@ class StreamOptions:
                 out[name] = str(value)
         return out
 
+    @property
+    def lease_ahead(self) -> int:
+        """How many messages the reader keeps received and leased ahead of Spark."""
+        return self.max_messages_per_batch if self.prefetch is None else self.prefetch
+
     def apply_log_level(self) -> None:
         """In the reader's own process: log ``leasekeeper`` records at ``log_level`` to
         stderr (which Spark passes on to the driver's), if a level was asked for."""
@@ -150,6 +163,7 @@ _STREAM_KEYS: dict[str, type] = {
     "poll_seconds": float,
     "fill_seconds": float,
     "log_level": str,
+    "prefetch": int,
 }
 
 
@@ -184,6 +198,7 @@ def stream_options(
     poll_seconds: float = 1.0,
     fill_seconds: float = 2.0,
     log_level: str | None = None,
+    prefetch: int | None = None,
 ) -> StreamOptions:
     """``read_stream``'s arguments, checked, as ``StreamOptions``."""
     if config is not None and not isinstance(config, LeaseConfig):
@@ -198,4 +213,5 @@ def stream_options(
         poll_seconds=poll_seconds,
         fill_seconds=fill_seconds,
         log_level=log_level.upper() if isinstance(log_level, str) else log_level,
+        prefetch=prefetch,
     )

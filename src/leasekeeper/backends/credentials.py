@@ -1,0 +1,103 @@
+"""What to tell a process that cannot reach its queue service: missing credentials or
+region, by name, and where they are set.
+
+A backend built from a spec (a Spark executor, the renewer process) takes its
+credentials from its own environment, never from the spec. When they are not
+there, the SDK's own words ("Unable to locate credentials") name neither the
+variables nor the place they go on a cluster. The backends call these
+functions for their error texts. No text here quotes a credential: only the
+names of variables, profiles and settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+AWS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+AWS_REGION = ("AWS_DEFAULT_REGION", "AWS_REGION")
+AZURE_CONNECTION = "AZURE_STORAGE_CONNECTION_STRING"
+AZURE_CREDENTIALS = ("AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY", AZURE_CONNECTION)
+
+
+def _names(variables: Sequence[str], joiner: str) -> str:
+    if len(variables) == 1:
+        return variables[0]
+    return f"{', '.join(variables[:-1])} {joiner} {variables[-1]}"
+
+
+def on_spark(variables: Sequence[str], joiner: str = "and") -> str:
+    """Where ``variables`` go on a Spark cluster: the executors' environment (drain)
+    through spark.executorEnv.*, the driver's own for read_stream's reader."""
+    settings = [f"spark.executorEnv.{name}" for name in variables]
+    return (
+        f"on a Spark cluster: {_names(settings, joiner)} for the executors, "
+        "the driver's environment for read_stream's reader"
+    )
+
+
+def missing_variables(what: str, variables: Sequence[str], *, joiner: str = "and") -> str:
+    """``what`` is missing: set ``variables`` in this process's environment (and, on
+    Spark, in the executors' through spark.executorEnv.*)."""
+    return (
+        f"{what}: set {_names(variables, joiner)} in this process's environment "
+        f"({on_spark(variables, joiner)})"
+    )
+
+
+def aws_no_credentials() -> str:
+    """No AWS credentials anywhere in the chain boto3 searched."""
+    return missing_variables("no AWS credentials in this process", AWS_KEYS) + (
+        ", or AWS_PROFILE with a shared credentials file, or run it with an IAM role "
+        "(an instance profile on the cluster's hosts, an EKS/ECS task role)"
+    )
+
+
+def aws_partial_credentials(missing: str | None) -> str:
+    """Some of a credential set was found, not all (``missing``: the variable boto3 named)."""
+    what = f"partial AWS credentials in this process (missing {missing or 'a value'})"
+    return missing_variables(what, AWS_KEYS)
+
+
+def aws_no_region() -> str:
+    return (
+        missing_variables("no AWS region in this process", AWS_REGION, joiner="or")
+        + ", or give the source its region (SQSSource(queue_url, region=...))"
+    )
+
+
+def aws_configuration(exc: BaseException) -> str:
+    """What a botocore configuration error (NoCredentialsError, NoRegionError...)
+    means and how to fix it. Reads only the names botocore keeps in ``kwargs``."""
+    name = type(exc).__name__
+    kwargs = getattr(exc, "kwargs", None)
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    if name == "NoCredentialsError":
+        return aws_no_credentials()
+    if name == "PartialCredentialsError":
+        missing = kwargs.get("cred_var")
+        return aws_partial_credentials(missing if isinstance(missing, str) else None)
+    if name == "NoRegionError":
+        return aws_no_region()
+    if name == "ProfileNotFound":
+        return f"the AWS profile {kwargs.get('profile')!r} is not in this process's config files"
+    return "the client is not configured to reach the service (credentials, profile or region)"
+
+
+def azure_default_credential(account_url: str) -> object:
+    """azure-identity's DefaultAzureCredential (managed identity, environment, CLI...),
+    for an account URL with no key, SAS token or connection string in the
+    environment; a ConfigError naming those when azure-identity is not installed."""
+    try:
+        from azure.identity import DefaultAzureCredential
+    except ImportError:
+        from leasekeeper.errors import ConfigError
+
+        raise ConfigError(
+            missing_variables(
+                f"no credential for {account_url} in this process",
+                AZURE_CREDENTIALS,
+                joiner="or",
+            )
+            + ", or install azure-identity to use a managed identity (DefaultAzureCredential)"
+        ) from None
+    return DefaultAzureCredential()
