@@ -210,7 +210,9 @@ class TrackedRedis(Tracked):
         if not self.client.exists(self.stream):
             return 0
         groups = self.client.xinfo_groups(self.stream)
-        return sum(int(g["pending"]) for g in groups if g["name"] in (self.group, self.group.encode()))
+        return sum(
+            int(g["pending"]) for g in groups if g["name"] in (self.group, self.group.encode())
+        )
 
     def send(self, bodies: list[str]) -> None:
         for body in bodies:
@@ -402,7 +404,9 @@ class DocsHarness:
         self._track(TrackedAzure(client), messages)
         return conn
 
-    def redis_queue(self, messages: int = 0, *, stream: str = "jobs", group: str = "workers") -> str:
+    def redis_queue(
+        self, messages: int = 0, *, stream: str = "jobs", group: str = "workers"
+    ) -> str:
         """A stream on the session's Redis server (empty: a page sends its own
         entries); returns the server's URL. The page spells a reader's Redis,
         ``redis://localhost:6379/...``: for the rest of the page
