@@ -104,7 +104,7 @@ docs-strict: $(VENV)/.docs-deps
 	@$(MKDOCS) build --strict > $(VENV)/docs-build.log 2>&1 || { cat $(VENV)/docs-build.log; exit 1; }
 
 test: $(VENV)/.test-deps $(NODE_DEPS) $(AZURITE) $(JAVA_DEPS) lint typecheck docs-strict
-	@$(VENV)/bin/pytest -q -p no:cacheprovider -n 2 --dist loadgroup $(PYTEST_ARGS)
+	@$(VENV)/bin/pytest -q -p no:cacheprovider -n 2 --dist loadscope $(PYTEST_ARGS)
 
 unit: $(VENV)/.test-deps
 	@$(VENV)/bin/pytest -q -p no:cacheprovider tests/core $(PYTEST_ARGS)

@@ -27,6 +27,11 @@ def bare_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     of AWS, MNS or Azure (no keys, no profile, no metadata service)."""
     import os
 
+    import boto3
+
+    # A fresh executor has no default boto3 session yet; this process may have one,
+    # and it keeps the credentials it resolved from an earlier test's environment.
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
     for name in list(os.environ):
         if name.startswith(("AWS_", "MNS_", "AZURE_")):
             monkeypatch.delenv(name)

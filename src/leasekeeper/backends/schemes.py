@@ -22,7 +22,12 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from leasekeeper.backends import credentials
+from leasekeeper.backends._credentials import (
+    AZURE_CONNECTION,
+    aws_configuration,
+    azure_default_credential,
+    missing_variables,
+)
 from leasekeeper.backends.registry import parse_url
 from leasekeeper.clock import Clock
 from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
@@ -119,7 +124,7 @@ def sqs(
             config=Config(connect_timeout=5, read_timeout=MAX_WAIT_SECONDS + 10),
         )
     except NoRegionError as exc:  # say which variables, and where on a cluster
-        raise ConfigError(f"NoRegionError: {credentials.aws_configuration(exc)}") from exc
+        raise ConfigError(f"NoRegionError: {aws_configuration(exc)}") from exc
     if queue_url is None:
         try:
             queue_url = client.get_queue_url(QueueName=parsed.host)["QueueUrl"]
@@ -238,10 +243,10 @@ def azure(
     else:
         if account_url is None and account is None:
             raise ConfigError(
-                credentials.missing_variables(
+                missing_variables(
                     f"{parsed.text!r} names no account (azure://<account>/<queue>) and this "
                     "process has no connection string",
-                    [credentials.AZURE_CONNECTION],
+                    [AZURE_CONNECTION],
                 )
             )
         account_url = account_url or f"https://{account}.queue.core.windows.net"
@@ -254,7 +259,7 @@ def azure(
             client = QueueClient.from_connection_string(env_conn, queue)
         else:
             if credential is None:  # a ConfigError naming the variables without azure-identity
-                credential = credentials.azure_default_credential(account_url)
+                credential = azure_default_credential(account_url)
             client = QueueClient(account_url, queue, credential=credential)
     margin: dict[str, Any] = {} if expiry_margin is None else {"expiry_margin": expiry_margin}
     return AzureQueueBackend(client, clock=clock, max_lease_age=max_lease_age, **margin)

@@ -36,7 +36,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[sqs]'"
     ) from _exc
 
-from leasekeeper.backends import credentials
+from leasekeeper.backends._credentials import aws_configuration
 from leasekeeper.backends.base import (
     OK,
     REDACTED,
@@ -202,7 +202,7 @@ def _classify_exception(exc: BaseException) -> tuple[OutcomeKind, str, str]:
         return "retry", name, ""
     if isinstance(exc, _NOT_CONFIGURED):
         # Which variable is missing, and where it goes on a cluster (executors).
-        return "fatal", f"{name}: {credentials.aws_configuration(exc)}", ""
+        return "fatal", f"{name}: {aws_configuration(exc)}", ""
     if isinstance(exc, boto.ParamValidationError):
         return "fatal", f"{name}: malformed request (a leasekeeper bug, please report)", ""
     return "retry", name, ""
