@@ -46,9 +46,10 @@ MESSAGES = 300
 BATCH = 10  # drain's batch_size
 HELD = 2 * BATCH  # what one drain task holds at most: a batch handled, one being finished
 # Long enough that a renewal delayed by a loaded machine does not lapse a lease
-# (which would be a duplicate that no kill explains), short enough that the dead
-# executor's messages come back soon.
-VISIBILITY = 6
+# (which would be a duplicate that no kill explains: at 6 s one did, with a CPU hog
+# beside the suite's two processes, three JVMs and moto answering one request at a
+# time), short enough that the dead executor's messages come back soon.
+VISIBILITY = 15
 CONFIG = LeaseConfig(
     visibility_timeout=VISIBILITY, timer_interval=0.2, minimal_life=0.5, release_delay=120
 )
