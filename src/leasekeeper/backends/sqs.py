@@ -1,6 +1,4 @@
-"""SQSBackend: leasekeeper on Amazon SQS, through a boto3 client.
-
-::
+"""SQSBackend: leasekeeper on Amazon SQS, through a boto3 client::
 
     import boto3
     from leasekeeper import LeaseManager
