@@ -43,9 +43,9 @@ from typing import Any
 
 from leasekeeper._record import LeaseRecord, LeaseState
 from leasekeeper._wire import encode_error, recv_frame, send_frame
-from leasekeeper.backends.base import Message
+from leasekeeper.backends.base import CloudBackend, Message
 from leasekeeper.config import LeaseConfig
-from leasekeeper.errors import LeaseError
+from leasekeeper.errors import ConfigError, LeaseError
 from leasekeeper.lease import Lease
 from leasekeeper.manager import LeaseManager
 from leasekeeper.observers import CallEvent, Observer
@@ -490,6 +490,9 @@ def main(argv: Sequence[str]) -> int:
         try:
             spec, config = pickle.loads(payload)
             backend = spec.build()
+            problem = backend.credentials_problem() if isinstance(backend, CloudBackend) else None
+            if problem is not None:  # every renewal would fail: say so now
+                raise ConfigError(problem)
             manager = LeaseManager(backend, LeaseConfig.from_fields(config, {}), renewer="thread")
         except WorkerGone:
             raise

@@ -244,3 +244,37 @@ def test_the_default_managers_can_renew_in_a_process(moto_endpoint: str, queue_u
     finally:
         leasekeeper.shutdown()
         leasekeeper.configure()
+
+
+def test_keys_given_in_code_only_keep_the_worker_on_the_thread_renewer(
+    moto_endpoint: str,
+    queue_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A boto3 client built with keys in code, in a process whose environment has
+    none: a renewer process could not rebuild it (boto3 finds that out only at the
+    first call, so every renewal and delete would fail). The default worker says so
+    in one WARNING naming the variables and renews in a thread; every job completes.
+    ``renewer="process"`` refuses at once with the same words."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    client = make_client(moto_endpoint)  # the keys are the client's own
+    fill(moto_endpoint, queue_url, 5)
+    backend = SQSBackend(client, queue_url)
+
+    with pytest.raises(ConfigError, match="AWS_ACCESS_KEY_ID"):
+        LeaseManager(backend, visibility_timeout=30, renewer="process")
+
+    from leasekeeper import Worker
+
+    with caplog.at_level("WARNING", logger="leasekeeper"):
+        worker = Worker(backend, lambda message: None, concurrency=2, wait_seconds=1)
+        stats = worker.run(until_idle=1.0)
+    assert (stats.completed, stats.lost, stats.failed) == (5, 0, 0)
+    warned = [r.getMessage() for r in caplog.records if "renewer process" in r.getMessage()]
+    assert len(warned) == 1 and "AWS_ACCESS_KEY_ID" in warned[0], warned

@@ -52,6 +52,18 @@ def aws_no_credentials() -> str:
     )
 
 
+def aws_credentials_problem() -> str | None:
+    """Why a client this process builds from its own environment would have no AWS
+    credentials (botocore's chain: environment, profile, container, instance role),
+    or None when the chain finds some. A client built in code with keys of its own
+    is not rebuilt elsewhere with them."""
+    import botocore.session
+
+    if botocore.session.get_session().get_credentials() is None:
+        return f"NoCredentialsError: {aws_no_credentials()}"
+    return None
+
+
 def aws_partial_credentials(missing: str | None) -> str:
     """Some of a credential set was found, not all (``missing``: the variable boto3 named)."""
     what = f"partial AWS credentials in this process (missing {missing or 'a value'})"

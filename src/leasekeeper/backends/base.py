@@ -1038,6 +1038,13 @@ class CloudBackend:
         process (``leasekeeper.backends.spec``); never holds a credential."""
         raise ConfigError(f"{type(self).__name__} has no spec(): it cannot be rebuilt elsewhere")
 
+    def credentials_problem(self) -> str | None:
+        """Why a backend built from ``spec()`` in another process on this machine
+        would have no credentials, found without a request; None when it would, or
+        cannot tell. The renewer process asks before it says it is ready (an SDK
+        that finds credentials only at the first call would fail every renewal)."""
+        return None
+
     def close(self) -> None:
         """Close the clients this backend made for itself (the SDK client or queue
         you passed in stays open: it is yours). Calls made afterwards still work."""

@@ -34,7 +34,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[sqs]'"
     ) from _exc
 
-from leasekeeper.backends._credentials import aws_configuration
+from leasekeeper.backends._credentials import aws_configuration, aws_credentials_problem
 from leasekeeper.backends.base import (
     OK,
     REDACTED,
@@ -194,12 +194,10 @@ def _classify_exception(exc: BaseException) -> tuple[OutcomeKind, str, str]:
             status=status if isinstance(status, int) else None,
         )
         return kind, detail, message
-    name = type(exc).__name__
-    # botocore's exception text may quote request parameters (receipts): never kept.
+    name = type(exc).__name__  # botocore's text may quote a request's receipts: never kept
     if isinstance(exc, (boto.ConnectionError, boto.HTTPClientError)):
         return "retry", name, ""
-    if isinstance(exc, _NOT_CONFIGURED):
-        # Which variable is missing, and where it goes on a cluster (executors).
+    if isinstance(exc, _NOT_CONFIGURED):  # which variable is missing, and where it goes
         return "fatal", f"{name}: {aws_configuration(exc)}", ""
     if isinstance(exc, boto.ParamValidationError):
         return "fatal", f"{name}: malformed request (a leasekeeper bug, please report)", ""
@@ -339,6 +337,8 @@ class SQSBackend(CloudBackend):
         self._lease_age_given = max_lease_age is not None
         self._attributes = ReadOnce(self._read_attributes)
         self._system_attribute_names = _supports_system_attribute_names(client)
+
+    credentials_problem = staticmethod(aws_credentials_problem)
 
     def spec(self) -> URLSpec:
         """This queue by URL, with the client's region and endpoint; credentials from
