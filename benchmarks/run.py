@@ -146,7 +146,7 @@ def update_docs(markdown: str) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (about 9 min on 2 cores)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (~9 min on 2 cores)")
     parser.add_argument(
         "--only", nargs="+", choices=sorted(BENCHMARKS), metavar="NAME",
         help=f"run only these: {', '.join(BENCHMARKS)}",
