@@ -45,6 +45,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_stream import depth, fill
 from benchmarks.common import (
     MOTO_ENV,
     REPO_ROOT,
@@ -139,24 +140,6 @@ def work(requests: list[Request], count: int) -> dict[str, Any]:
         "calls_per_message": calls / count,
         "actions": dict(actions),
     }
-
-
-def fill(client: Any, url: str, count: int) -> None:
-    for start in range(0, count, 10):
-        client.send_message_batch(
-            QueueUrl=url,
-            Entries=[
-                {"Id": str(i), "MessageBody": f"job-{start + i:06d}"}
-                for i in range(min(10, count - start))
-            ],
-        )
-
-
-def depth(client: Any, url: str) -> int:
-    counts = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-    return int(counts["ApproximateNumberOfMessages"]) + int(
-        counts["ApproximateNumberOfMessagesNotVisible"]
-    )
 
 
 def queue(client: Any, name: str, count: int) -> str:

@@ -13,7 +13,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -272,19 +272,24 @@ def sqs_client(endpoint: str) -> Any:
 
 
 @contextlib.contextmanager
-def moto_server(timeout: float = 30.0) -> Iterator[str]:
+def moto_server(
+    timeout: float = 30.0, command: Callable[[int], list[str]] | None = None
+) -> Iterator[str]:
     """moto's SQS server as a process of its own on a free loopback port, ready to
-    answer; yields its endpoint."""
+    answer; yields its endpoint. ``command(port)``: the arguments after the
+    interpreter that start another server of moto's kind (the journaling one)."""
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    args = ["-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, *(args if command is None else command(port))],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, **MOTO_ENV},
+        cwd=str(REPO_ROOT),
     )
     endpoint = f"http://127.0.0.1:{port}"
     try:

@@ -17,17 +17,16 @@ import contextlib
 import io
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from benchmarks.common import MOTO_ENV, REPO_ROOT, sqs_client
+from benchmarks.common import moto_server
 
 
 @dataclass(frozen=True)
@@ -114,38 +113,12 @@ def main(argv: list[str]) -> None:
     )
 
 
-@contextlib.contextmanager
-def journaled_moto(journal: Path, timeout: float = 30.0) -> Iterator[str]:
+def journaled_moto(journal: Path, timeout: float = 30.0) -> contextlib.AbstractContextManager[str]:
     """This server as a process of its own on a free loopback port, ready to answer;
-    yields its endpoint."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.moto_journal", str(port), str(journal)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, **MOTO_ENV},
-        cwd=str(REPO_ROOT),
+    its endpoint, as ``common.moto_server`` gives moto's own."""
+    return moto_server(
+        timeout, lambda port: ["-m", "benchmarks.moto_journal", str(port), str(journal)]
     )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        admin = sqs_client(endpoint)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                admin.list_queues()
-                break
-            except Exception:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.1)
-        yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait()
 
 
 if __name__ == "__main__":
