@@ -278,6 +278,11 @@ def test_a_fatal_receive_error_stops_the_worker_after_running_handlers(
             clock.advance(0.05)
     assert faulty.injected("fatal", "receive") == 1
     go.set()  # the running handler finishes during the graceful stop
+    # Before the clock moves on: driven while the handler thread has yet to run (a
+    # loaded machine), the stop's grace period would pass on the clock first.
+    deadline = time.monotonic() + 30
+    while queue.deleted_ids != ["m-000001"] and time.monotonic() < deadline:
+        time.sleep(0.01)
     drive(clock, thread)
     (raised,) = out
     assert isinstance(raised, ReceiveError)
