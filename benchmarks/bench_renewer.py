@@ -31,10 +31,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks.common import (
@@ -159,27 +160,36 @@ def worker_throughput(mode: str, jobs: int, concurrency: int = 8) -> dict[str, A
     return {"messages_per_s": done / took, "completed": done, "of": jobs}
 
 
-def startup(service: str) -> dict[str, Any]:
-    """Seconds from asking for a renewer process to its "ready" (three tries: the
-    median), in a fresh interpreter whose renewer imports what the service needs."""
-    samples: list[float] = []
+def startup(service: str, tries: int = 5) -> dict[str, Any]:
+    """Seconds from asking for a renewer process (``LeaseManager(...)``) to the
+    manager's return - the renewer runs; the worker goes on - and to ``start()``'s
+    return - it has built its backend and renews; what a worker waits for before
+    its first receive. The median of ``tries``, in a fresh interpreter whose renewer
+    imports what the service needs."""
     if service == "null":
-        for _ in range(3):
-            t0 = time.perf_counter()
-            manager = LeaseManager(NullBackend(), renewer="process")  # type: ignore[arg-type]
-            samples.append(time.perf_counter() - t0)
-            manager.close()
-        return {"seconds": sorted(samples)[1]}
+        return _startup_samples(NullBackend, tries)
     os.environ.update(MOTO_ENV)
     with moto_server() as endpoint:
         url = sqs_client(endpoint).create_queue(QueueName="startup")["QueueUrl"]
         backend = _sqs_backend(url)
-        for _ in range(3):
-            t0 = time.perf_counter()
-            manager = LeaseManager(backend, renewer="process")
-            samples.append(time.perf_counter() - t0)
-            manager.close()
-    return {"seconds": sorted(samples)[1]}
+        return _startup_samples(lambda: backend, tries)
+
+
+def _startup_samples(backend: Callable[[], Any], tries: int) -> dict[str, Any]:
+    constructed: list[float] = []
+    serving: list[float] = []
+    for _ in range(tries):
+        t0 = time.perf_counter()
+        manager = LeaseManager(backend(), renewer="process")
+        constructed.append(time.perf_counter() - t0)
+        manager.start()
+        serving.append(time.perf_counter() - t0)
+        manager.close()
+    return {
+        "seconds": statistics.median(constructed),
+        "serving_seconds": statistics.median(serving),
+        "tries": tries,
+    }
 
 
 # ---------------------------------------------------------------------- the MNS server
@@ -408,18 +418,31 @@ def _cost_rows(
 
     def start_cell(service: str) -> str:
         figures = starts[service]
-        if "seconds" not in figures:
+        if "serving_seconds" not in figures:
             return f"{service}: error ({figures.get('error', '?')})"
-        return f"{service}: {fmt(figures['seconds'], 's')}"
+        return (
+            f"{service}: constructed {fmt(figures['seconds'], 's')}, "
+            f"renewing {fmt(figures['serving_seconds'], 's')}"
+        )
 
     result.rows.append(
         Row(
-            measure="renewer process start-up, asked for to ready (median of 3, fresh process)",
+            measure=(
+                "renewer process start-up: manager constructed / renewer renewing "
+                "(median of 5, fresh process)"
+            ),
             leasekeeper=start_cell("null") + "; " + start_cell("sqs"),
             baselines="thread: none",
-            target=f"< {TARGET_STARTUP_S:g} s",
-            met=all(figures.get("seconds", 99.0) < TARGET_STARTUP_S for figures in starts.values()),
-            note="with SQS the renewer imports boto3 and builds its client",
+            target=f"both < {TARGET_STARTUP_S:g} s",
+            met=all(
+                figures.get("serving_seconds", 99.0) < TARGET_STARTUP_S
+                for figures in starts.values()
+            ),
+            note=(
+                "the renewer says it runs, then imports its SDK (botocore, never boto3) and "
+                "builds its client while the worker goes on; a worker waits for it only "
+                "before its first receive"
+            ),
         )
     )
 

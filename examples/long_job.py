@@ -6,8 +6,8 @@ The in-memory queue here caps a message's invisibility at 4 s after each receive
 (as SQS does at 12 hours). The one job takes 12 s: 24 steps of half a second,
 each saved with ``held.checkpoint(...)``. With ``on_cap="rollover"`` the handler
 is told to roll over (``held.rolling``, and ``held.check()`` raising
-``Rollover``) three extend thresholds before the cap - here after about 2.8 s of
-work, six steps - and leasekeeper sends a continuation carrying the last
+``Rollover``) two extend thresholds (0.8 s) before the cap - here after 3.5 s of
+work, seven steps - and leasekeeper sends a continuation carrying the last
 checkpoint, then deletes the original; whichever worker receives the
 continuation resumes there. So the job finishes in four hops (three rollovers).
 Two workers share the queue, and the job is never in two hands at once. It prints

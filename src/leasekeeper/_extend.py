@@ -37,10 +37,12 @@ RETRY_BASE = 0.05
 RETRY_CAP = 5.0
 
 #: With ``on_cap="rollover"``, ``lease.rolling`` is set this many extend thresholds
-#: before the service's cap: a lease that cannot be extended to the cap is due one
-#: threshold before it, and the handler gets two more for a step of work, the send
-#: of its continuation and the delete of the original.
-ROLL_LEAD = 3.0
+#: before the service's cap: the time a handler gets for a step of work, the send of
+#: its continuation and the delete of the original. (A lease that cannot be extended
+#: to the cap any more is kept until the cap for that: it is not ended a threshold
+#: early.) Each hop works for all of the cap but this, so a job of N caps takes the
+#: fewest hops a cap allows when thresholds are small beside it.
+ROLL_LEAD = 2.0
 
 
 def rolling_at(hard_deadline: float, threshold: float) -> float:

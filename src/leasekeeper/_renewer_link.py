@@ -4,11 +4,23 @@
 socket pair - a plain subprocess, not multiprocessing: spawn would re-run an
 unguarded ``__main__`` of the user's script and fork would copy a threaded
 process and its descriptors - sends it sys.path, this pid and the pickled
-(spec, config), and waits for it to say it is ready (a spec that cannot build,
-e.g. for missing credentials, fails here, at once). Then it sends frames
-(``_wire``), waits for replies (``ask``), and hands every other frame to its
-``on_frame`` callback from a reader thread. When the renewer dies its pending
-requests are answered ``DIED`` and ``on_gone`` is called, on the reader thread.
+(spec, config), and waits for it to say it has started. Meanwhile this process
+runs its own check (``precheck``: credentials the renewer would lack, found without
+a request), so what would fail every renewal fails here, at once.
+
+Start-up comes in two steps because the renewer's own is mostly the import of its
+service's SDK (botocore alone is half a second): the link returns once the
+renewer runs, and the renewer builds its backend while this process goes on; what
+is sent meanwhile waits in the socket. ``wait_serving`` waits for the rest: the
+workers call it (through ``LeaseManager.start``) before their first receive, so
+no message is received before its renewals can be sent. A backend that cannot be
+built there after all is reported by ``wait_serving`` (ConfigError, with its
+reason) and as the renewer's death.
+
+Then it sends frames (``_wire``), waits for replies (``ask``), and hands every other
+frame to its ``on_frame`` callback from a reader thread. When the renewer dies its
+pending requests are answered ``DIED`` and ``on_gone`` is called, on the reader
+thread.
 """
 
 from __future__ import annotations
@@ -31,7 +43,7 @@ from leasekeeper.errors import ConfigError, LeaseLost
 
 log = logging.getLogger("leasekeeper.renewer")
 
-START_TIMEOUT = 30.0  # seconds for the renewer to build its backend and say ready
+START_TIMEOUT = 30.0  # seconds for the renewer to start, and again to build its backend
 DIED = "the renewer process died"
 
 
@@ -59,15 +71,20 @@ class RenewerLink:
         *,
         on_frame: Callable[[tuple[Any, ...]], None],
         on_gone: Callable[[RenewerLink], None],
+        precheck: Callable[[], str | None] | None = None,
     ) -> None:
         self._on_frame = on_frame
         self._on_gone = on_gone
         self.closing = False  # close() asked it to go: its end is no death
+        # Set once the renewer serves, or once it cannot (failure: its reason).
+        self._settled = threading.Event()
+        self._died = False  # gone before it served
+        self.failure: str | None = None  # why it could not build its backend
         # Guards the socket's sending side and _replies.
         self._send_lock = threading.Lock()
         self._replies: dict[int, _Reply] = {}
         self._requests = itertools.count(1)
-        self.proc, self._conn = _start(payload)
+        self.proc, self._conn = _start(payload, precheck)
         self._reader = threading.Thread(
             target=self._read, name="leasekeeper-renewer-reader", daemon=True
         )
@@ -80,6 +97,23 @@ class RenewerLink:
     @property
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    @property
+    def serving(self) -> bool:
+        """The renewer has built its backend and renews."""
+        return self._settled.is_set() and self.failure is None and not self._died
+
+    def wait_serving(self, timeout: float = START_TIMEOUT) -> None:
+        """Return once the renewer renews; ConfigError when it cannot (its backend
+        could not be built there, it died first, or it took over ``timeout``)."""
+        if not self._settled.wait(timeout):
+            raise ConfigError(
+                f"the renewer process could not start: its backend was not built in {timeout:g}s"
+            )
+        if self.failure is not None:
+            raise ConfigError(f"the renewer process could not start: {self.failure}")
+        if self._died:
+            raise ConfigError("the renewer process could not start: it died while starting")
 
     def send(self, frame: tuple[Any, ...]) -> None:
         """Send ``frame``; raise LeaseLost when the renewer is gone."""
@@ -144,10 +178,19 @@ class RenewerLink:
                 reply = self._replies.pop(frame[1], None)
             if reply is not None:
                 reply.set(frame[2])
+        elif tag == "serving":
+            self._settled.set()
+        elif tag == "failed":  # then it exits: _gone follows
+            self.failure = frame[1]
+            log.error("the renewer process could not build its backend: %s", self.failure)
+            self._settled.set()
         else:
             self._on_frame(frame)
 
     def _gone(self) -> None:
+        if not self._settled.is_set():
+            self._died = True
+        self._settled.set()
         with self._send_lock:
             replies = list(self._replies.values())
             self._replies.clear()
@@ -155,12 +198,16 @@ class RenewerLink:
             reply.set(DIED)
         self._conn.close()
         self.proc.wait()
-        if not self.closing:
+        if self.closing:
+            return
+        if self.failure is None:  # a failure was logged when it was told
             log.error("renewer process %d died", self.proc.pid)
-            self._on_gone(self)
+        self._on_gone(self)
 
 
-def _start(payload: bytes) -> tuple[subprocess.Popen[bytes], Connection]:
+def _start(
+    payload: bytes, precheck: Callable[[], str | None] | None
+) -> tuple[subprocess.Popen[bytes], Connection]:
     ours, theirs = socket.socketpair()
     try:
         proc = subprocess.Popen(
@@ -172,17 +219,24 @@ def _start(payload: bytes) -> tuple[subprocess.Popen[bytes], Connection]:
     finally:
         theirs.close()
     conn = Connection(ours.detach())
-    send_frame(conn, (list(sys.path), os.getpid(), payload))
     answer: Any = ("failed", "no answer")
-    if conn.poll(START_TIMEOUT):
+    try:
         try:
-            answer = recv_frame(conn)
+            send_frame(conn, (list(sys.path), os.getpid(), payload))
+            # While the renewer starts: what this process can tell without it.
+            problem = precheck() if precheck is not None else None
+            if problem is not None:
+                answer = ("failed", problem)
+            elif conn.poll(START_TIMEOUT):
+                answer = recv_frame(conn)
         except (EOFError, OSError):
             answer = ("failed", "it exited while starting")
-    if answer[0] != "ready":
+        if answer[0] != "started":
+            raise ConfigError(f"the renewer process could not start: {answer[1]}")
+    except BaseException:
         conn.close()
         proc.kill()
         proc.wait()
-        raise ConfigError(f"the renewer process could not start: {answer[1]}")
+        raise
     log.info("renewer process %d started", answer[1])
     return proc, conn

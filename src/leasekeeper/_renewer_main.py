@@ -1,9 +1,12 @@
 """The renewer process: ``python -m leasekeeper._renewer_main FD``.
 
 Started by ``process_renewer.ProcessRenewer`` with one end of a socket pair as file
-descriptor FD. It builds its own backend from the worker's ``backend.spec()``, runs
-an ordinary thread-mode ``LeaseManager`` on it, and does what the worker asks
-(``_wire`` lists the frames): lease, complete, release, report. Because it is a
+descriptor FD. It says it has started, then builds its own backend from the
+worker's ``backend.spec()`` (importing the service's SDK is most of its start-up,
+so the worker does not wait for it: its frames wait in the socket), runs an
+ordinary thread-mode ``LeaseManager`` on it, says it serves (or why it could not
+build), and does what the worker asks (``_wire`` lists the frames): lease,
+complete, release, report. Because it is a
 process of its own, a worker holding the GIL in a C call does not stop its
 renewals, and a worker that dies is noticed at once.
 
@@ -445,6 +448,10 @@ class DeathWatch:
     def __init__(self, parent: int) -> None:
         self.parent = parent
         self.settled = False
+        # While the backend is built, a notice is kept, not raised: an exception in
+        # the middle of an SDK's import would leave it half imported.
+        self.deferring = False
+        self.noticed = False
 
     def start(self) -> None:
         signal.signal(PARENT_DEATH_SIGNAL, self.on_notice)
@@ -463,10 +470,25 @@ class DeathWatch:
         """No WorkerGone from here on."""
         self.settled = True
 
+    def defer(self) -> None:
+        """Keep a notice from here on instead of raising it (``resume`` tells)."""
+        self.deferring = True
+
+    def resume(self) -> bool:
+        """Raise notices again; True (and settled) when the worker died meanwhile."""
+        self.deferring = False
+        if self.noticed or os.getppid() != self.parent:
+            self.settled = True
+            return True
+        return False
+
     def on_notice(self, signum: int, frame: object) -> None:
         # Believed only once the parent really changed (PR_SET_PDEATHSIG fires when
         # the worker's *thread* that started us exits).
         if not self.settled and os.getppid() != self.parent:
+            if self.deferring:
+                self.noticed = True
+                return
             self.settled = True
             raise WorkerGone
 
@@ -489,22 +511,29 @@ def main(argv: Sequence[str]) -> int:
         watch.start()
         try:
             spec, config = pickle.loads(payload)
-            backend = spec.build()
-            problem = backend.credentials_problem() if isinstance(backend, CloudBackend) else None
-            if problem is not None:  # every renewal would fail: say so now
-                raise ConfigError(problem)
-            manager = LeaseManager(backend, LeaseConfig.from_fields(config, {}), renewer="thread")
-        except WorkerGone:
-            raise
+        except Exception as exc:
+            send_frame(conn, ("failed", f"{type(exc).__name__}: {exc}"))
+            return 1
+        # Started: the worker goes on while the backend is built here (its SDK's
+        # import is most of a second). Its frames wait in the socket until we serve;
+        # if it dies meanwhile, they are read and released once we can.
+        send_frame(conn, ("started", os.getpid()))
+        watch.defer()
+        try:
+            manager = build_manager(spec, config)
         except Exception as exc:
             # Type and text: a spec's build error says what is missing (an environment
             # variable, a credential) and, by the specs' design, holds no secret.
-            send_frame(conn, ("failed", f"{type(exc).__name__}: {exc}"))
+            with contextlib.suppress(OSError):
+                send_frame(conn, ("failed", f"{type(exc).__name__}: {exc}"))
             return 1
         outbox = Outbox(conn)
         renewer = ChildRenewer(conn, manager, outbox)
-        send_frame(conn, ("ready", os.getpid()))
-        renewer.serve(watch)
+        if watch.resume():
+            renewer.serve(watch, gone=True)
+        else:
+            outbox.put(("serving",))  # through the sender thread, the only one that sends
+            renewer.serve(watch)
     except WorkerGone:
         # The worker died before serve() could take the notice; the watch is settled,
         # so this release cannot be interrupted.
@@ -514,6 +543,16 @@ def main(argv: Sequence[str]) -> int:
         if outbox is not None:
             outbox.close()
     return 0
+
+
+def build_manager(spec: Any, config: Any) -> LeaseManager:
+    """The thread-mode manager on the backend ``spec`` builds here; ConfigError when
+    that backend would have no credentials (every renewal would fail: say so now)."""
+    backend = spec.build()
+    problem = backend.credentials_problem() if isinstance(backend, CloudBackend) else None
+    if problem is not None:
+        raise ConfigError(problem)
+    return LeaseManager(backend, LeaseConfig.from_fields(config, {}), renewer="thread")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,12 @@ worker -> renewer
                                                             it exits
 
 renewer -> worker (its sender thread batches them: ("batch", [frame, ...]))
-    ("ready", pid) / ("failed", text)                       once, at start
+    ("started", pid)                                        once: it runs (its backend
+                                                            is built next, while the
+                                                            worker goes on)
+    ("serving",) / ("failed", text)                         once: it renews now / its
+                                                            backend could not be built
+                                                            (then it exits)
     ("done", request, payload)                              a request's reply
     ("extended", key, receipt, visible_until, extensions)
     ("rolling", key)                                        the handler is to roll over

@@ -152,7 +152,10 @@ class LeaseManager:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> LeaseManager:
-        """Start renewing. Implicit on the first register; returns self."""
+        """Start renewing; returns self once renewals can run. A renewer process
+        builds its backend after the manager is made: this waits for it (ConfigError
+        when it cannot). Implicit on the first register, which does not wait; the
+        workers and ``receive()`` call it before they receive."""
         self._renewer.start()
         return self
 
@@ -252,6 +255,7 @@ class LeaseManager:
                 f"wait_seconds ({wait_seconds!r}) must be >= 0 and less than "
                 f"visibility_timeout - minimal_life ({cfg.visibility_timeout - cfg.minimal_life:g})"
             )
+        self._renewer.start()  # renewals can run before anything is received
         messages = backend.receive(
             max_messages=max_messages,
             wait_seconds=wait_seconds,

@@ -3,8 +3,11 @@
 This is the worker's side of it.
 ``ProcessRenewer`` holds the handlers' leases and starts a renewer process through
 a ``RenewerLink`` (``_renewer_link``), sending it the backend's spec and the config
-(a spec that cannot build, e.g. for missing credentials, fails the manager's
-construction at once). From then on:
+(a backend whose credentials the renewer would lack fails the manager's
+construction at once). The manager is constructed once the renewer runs; it builds
+its backend meanwhile, and ``start()`` - which the workers and
+``LeaseManager.receive`` call before they receive - waits until it renews (or
+raises ConfigError with the reason it cannot). From then on:
 
 - ``register`` keeps the lease here (the handler's ``Lease``) and sends it there;
   it waits for no reply.
@@ -41,7 +44,7 @@ from leasekeeper._metrics import Stats
 from leasekeeper._record import LeaseState
 from leasekeeper._renewer_link import DIED, RenewerLink
 from leasekeeper._wire import decode_error, progress_interval
-from leasekeeper.backends.base import Backend, Message
+from leasekeeper.backends.base import Backend, CloudBackend, Message
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, SystemClock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError, LeaseError, LeaseLost, LeaseTooShort, ManagerClosed
@@ -98,11 +101,10 @@ class ProcessRenewer:
                 f"renewer='process' needs a backend with spec() (SQS, MNS, Azure); "
                 f"{backend!r} has none"
             )
-        self._payload = pickle.dumps((spec_of(), config))
         self.backend = backend
         self._config = config
         self._clock = clock
-        # Guards _leases, _by_message, _closed, _link and _book.
+        # Guards _leases, _by_message, _closed, _link, _maker and _book.
         self._registry_lock = threading.Lock()
         self._leases: dict[int, RemoteLease] = {}
         self._by_message: dict[str, RemoteLease] = {}
@@ -115,13 +117,11 @@ class ProcessRenewer:
         self._notifier = Notifier()
         #: What a handler's failure does (``leasekeeper.failures``); the manager binds its own.
         self.failures = Failures(config, None)
-        self._link: RenewerLink | None = self._new_link()
+        self._maker = LinkMaker(backend, pickle.dumps((spec_of(), config)))
+        self._link: RenewerLink | None = self._maker.start(self._apply, self._link_gone)
         _live.add(self)
 
     # ------------------------------------------------------------------ the child
-
-    def _new_link(self) -> RenewerLink:
-        return RenewerLink(self._payload, on_frame=self._apply, on_gone=self._link_gone)
 
     def _apply(self, frame: tuple[Any, ...]) -> None:
         """A notice from the renewer (on the link's reader thread)."""
@@ -149,14 +149,15 @@ class ProcessRenewer:
             held = list(self._leases.values())
             if self._link is link:
                 self._link = None
+            self._maker.ended(link)
             self._book.renewer_died(len(held))
         for lease in held:
             self._end(lease, LeaseState.LOST, RENEWER_DIED, signal=True)
         with self._registry_lock:
-            if self._closed or self._link is not None:
+            if self._closed or self._link is not None or self._maker.unbuildable:
                 return
             try:
-                self._link = self._new_link()
+                self._link = self._maker.start(self._apply, self._link_gone)
             except ConfigError as exc:
                 log.error("%s; the next register tries again", exc)
 
@@ -186,8 +187,14 @@ class ProcessRenewer:
             self.failures = failures
 
     def start(self) -> None:
-        if self._closed:
-            raise ManagerClosed("this LeaseManager is closed")
+        """Return once the renewer process renews; ConfigError when it cannot."""
+        with self._registry_lock:
+            if self._closed:
+                raise ManagerClosed("this LeaseManager is closed")
+            if self._link is None:
+                self._link = self._maker.start(self._apply, self._link_gone)  # the last died
+            link = self._link
+        link.wait_serving()
 
     @property
     def closed(self) -> bool:
@@ -200,8 +207,8 @@ class ProcessRenewer:
 
     @property
     def running(self) -> bool:
-        link = self._link
-        return not self._closed and link is not None and link.alive
+        link = self._link  # renewing: its process runs and has built its backend
+        return not self._closed and link is not None and link.serving and link.alive
 
     def register(self, message: Message) -> Lease:
         return self._add(message, watch=False)
@@ -243,7 +250,7 @@ class ProcessRenewer:
             if visible_until - now < self._config.minimal_life:
                 raise LeaseTooShort(message.id, visible_until - now, self._config.minimal_life)
             if self._link is None:
-                self._link = self._new_link()  # the last one died: a new one, now
+                self._link = self._maker.start(self._apply, self._link_gone)  # the last died
             lease = (RemoteWatchLease if watch else RemoteLease)(self, message, now)
             lease.key = key = next(self._keys)
             lease.progress_told = now
@@ -466,6 +473,41 @@ class ProcessRenewer:
         link, self._link = self._link, None
         if link is not None:
             link.drop()
+
+
+class LinkMaker:
+    """Starts the renewer processes of one ``ProcessRenewer`` - and no more of them
+    once one could not build its backend: another would fail the same way."""
+
+    def __init__(self, backend: Backend, payload: bytes) -> None:
+        self._backend = backend
+        self._payload = payload  # the pickled (spec, config)
+        self._unbuildable: str | None = None  # why one could not build its backend
+
+    @property
+    def unbuildable(self) -> bool:
+        return self._unbuildable is not None
+
+    def start(
+        self,
+        on_frame: Callable[[tuple[Any, ...]], None],
+        on_gone: Callable[[RenewerLink], None],
+    ) -> RenewerLink:
+        if self._unbuildable is not None:
+            raise ConfigError(f"the renewer process could not start: {self._unbuildable}")
+        return RenewerLink(
+            self._payload, on_frame=on_frame, on_gone=on_gone, precheck=self._credentials_problem
+        )
+
+    def ended(self, link: RenewerLink) -> None:
+        """``link``'s renewer is gone; if it never served, it could not build."""
+        if link.failure is not None:
+            self._unbuildable = link.failure
+
+    def _credentials_problem(self) -> str | None:
+        """What the renewer's backend would lack, asked of this one (no request)."""
+        backend = self._backend
+        return backend.credentials_problem() if isinstance(backend, CloudBackend) else None
 
 
 class ProgressRelay:

@@ -215,6 +215,9 @@ class Worker:
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="leasekeeper-handler")
         self.manager.failures.announce(self.backend)  # once: where failing messages end
         try:
+            # Nothing is received before its renewals can run (a renewer process
+            # builds its backend after the manager was made).
+            self.manager.start()
             self.error = self._drive(receive_loop(self.intake, self, self.clock, until_idle))
         finally:
             self._drive(shutdown_steps(self.intake, self, self.clock))

@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 from leasekeeper._command_options import add_config_flags, add_version_flag, config_from, number
 from leasekeeper.backends.base import Backend
 from leasekeeper.config import LeaseConfig
-from leasekeeper.errors import LeaseError, ReceiveError
+from leasekeeper.errors import ConfigError, LeaseError, ReceiveError
 
 __all__ = [
     "UsageError",
@@ -685,6 +685,8 @@ def _run(
         except ReceiveError as exc:
             sys.stderr.write(f"{PROG}: stopped: the queue refused for good: {exc}\n")
             return EXIT_FAILED
+        except ConfigError as exc:  # the renewer process could not build its backend
+            return _fail(str(exc))
         return EXIT_OK
     finally:
         status.stop()

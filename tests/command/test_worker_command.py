@@ -263,11 +263,12 @@ def test_an_unknown_queue_exits_2_before_any_receive(moto_endpoint: str, workdir
 
 
 def shadow_boto3(tmp_path: Path) -> str:
-    """A directory whose ``boto3`` cannot be imported, as if it were not installed."""
-    fake = tmp_path / "no-sdk" / "boto3"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError(\"No module named 'boto3'\")\n")
-    return str(fake.parent)
+    """A directory for PYTHONPATH in which ``boto3`` is not installed: neither
+    importable nor found (``importlib.util.find_spec``), as pip would leave it."""
+    folder = tmp_path / "no-sdk"
+    folder.mkdir(parents=True)
+    (folder / "sitecustomize.py").write_text("import sys\n\nsys.modules['boto3'] = None\n")
+    return str(folder)
 
 
 BAD = {

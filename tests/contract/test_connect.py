@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import leasekeeper
-from leasekeeper import Backend, LeaseManager, LeaseState
+from leasekeeper import Backend, ConfigError, LeaseManager, LeaseState, Worker
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.backends.registry import URLSpec, installed_schemes
 from leasekeeper.backends.sqs import SQSBackend
@@ -278,3 +278,32 @@ def test_a_third_partys_scheme_through_connect_specs_and_the_process_renewer(
             assert other.receive(wait_seconds=1) == []
         assert lease.state is LeaseState.ACTIVE and lease.extensions >= 2
         lease.complete()
+
+
+def test_a_renewer_that_cannot_build_what_this_process_could_says_why_before_any_receive(
+    plugin: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The renewer process builds its backend after the manager is made. A plug-in
+    whose factory fails there (its variable is gone from the environment the renewer
+    inherits) is reported where a worker waits for its renewer - before its first
+    receive - with the reason, and no other renewer is started to fail again."""
+    stream = f"relay-{uuid.uuid4().hex[:8]}"
+    backend = leasekeeper.connect(f"relay://{stream}", visibility_timeout=5)
+    backend.send("left alone")  # type: ignore[attr-defined]
+    monkeypatch.delenv("RELAY_REDIS_URL")
+    manager = LeaseManager(backend, renewer="process", visibility_timeout=5)
+    try:
+        with caplog.at_level(logging.ERROR, logger="leasekeeper"):
+            with pytest.raises(ConfigError, match="could not start: KeyError: 'RELAY_REDIS_URL'"):
+                manager.start()
+            worker = Worker(manager, lambda message: None)
+            with pytest.raises(ConfigError, match="RELAY_REDIS_URL"):
+                worker.run(until_idle=1)
+            assert worker.stats.received == 0
+        [error] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert "could not build its backend" in error.getMessage()
+        assert "RELAY_REDIS_URL" in error.getMessage()
+    finally:
+        manager.close()
+    [message] = backend.receive(wait_seconds=5)  # the worker received nothing
+    assert message.body == "left alone"

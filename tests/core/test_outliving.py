@@ -2,7 +2,7 @@
 
 - ``stall_timeout``: a lease whose handler shows no progress for that long stops
   being renewed and is lost (``stalled``); progress() and checkpoint() keep it.
-- ``on_cap="rollover"``: ``lease.rolling`` is set three extend thresholds before
+- ``on_cap="rollover"``: ``lease.rolling`` is set two extend thresholds before
   the service's cap; raising ``Rollover`` sends a continuation carrying the last
   checkpoint, then deletes the original; the continuation's handler reads
   ``resumed`` and ``lineage``. A handler that ignores the signal is capped.
@@ -39,7 +39,7 @@ from leasekeeper.testing import FaultyBackend, ManualClock
 from tests.core.test_worker import drive, run_in_thread
 
 # 30 s leases renewed 10 s before their deadline; the cap 100 s after the receive,
-# so a lease is told to roll over at 70 s (three thresholds before the cap).
+# so a lease is told to roll over at 80 s (two thresholds before the cap).
 FAST = {"visibility_timeout": 30.0, "timer_interval": 1.0, "minimal_life": 2.0}
 CAP = 100.0
 THRESHOLD = 10.0
@@ -116,14 +116,14 @@ def test_checkpoint_is_progress_and_a_watch_never_stalls(clock: ManualClock) -> 
 # ------------------------------------------------------------------ rollover
 
 
-def test_rolling_is_set_three_thresholds_before_the_cap(clock: ManualClock) -> None:
+def test_rolling_is_set_two_thresholds_before_the_cap(clock: ManualClock) -> None:
     queue = MemoryQueue(30.0, clock=clock, max_lease_age=CAP)
     queue.send("job")
     manager = LeaseManager(queue, clock=clock, on_cap="rollover", **FAST)
     [held] = manager.receive()
     hard = held.message.hard_deadline  # the cap, less the backend's margin
     assert hard is not None and hard <= clock.now() + CAP
-    clock.advance(hard - 3 * THRESHOLD - 0.5 - clock.now())
+    clock.advance(hard - 2 * THRESHOLD - 0.5 - clock.now())
     assert not held.rolling.is_set()
     held.check()  # nothing to say yet
     clock.advance(1)
@@ -270,7 +270,7 @@ def job(clock: ManualClock, steps: int, seen: list[tuple[Any, ...]]) -> Any:
 
 def test_a_worker_rolls_a_long_job_over_twice(clock: ManualClock) -> None:
     """The job takes over twice the cap: each hop works until it is told to roll
-    over, 90 s of its 120 s (three 10-s thresholds before the cap), so 250 s of work
+    over, 100 s of its 120 s (two 10-s thresholds before the cap), so 250 s of work
     finish through two rollovers, each hop carrying the last checkpoint, every
     original deleted, one holder at a time."""
     cap = 120.0
@@ -295,12 +295,33 @@ def test_a_worker_rolls_a_long_job_over_twice(clock: ManualClock) -> None:
         (Lineage(first, 2), "payload"),
     ]
     starts = [done for _, done, _ in seen]
-    assert starts == [0, 9, 18]  # each resumed where the last checkpoint stood
+    assert starts == [0, 10, 20]  # each resumed where the last checkpoint stood
     assert (stats.rolled_over, stats.completed, stats.lost, stats.failed) == (2, 1, 0, 0)
     assert len(queue) == 0 and len(queue.deleted_ids) == 3
     assert max(queue.receive_counts.values()) == 1  # no message was ever delivered twice
     manager_stats = worker.manager.stats()
     assert (manager_stats.rolled_over, manager_stats.capped, manager_stats.lost) == (2, 0, 0)
+
+
+def test_a_job_of_three_caps_takes_the_fewest_hops_a_cap_allows(clock: ManualClock) -> None:
+    """Three caps of work cannot fit in three hops of less than a cap each: four is
+    the fewest. Rolling two thresholds before the cap leaves each hop 100 s of its
+    120, so 360 s of work finish in four hops, three rollovers."""
+    cap = 120.0
+    queue = MemoryQueue(30.0, clock=clock, max_lease_age=cap)
+    first = queue.send("three caps of work")
+    seen: list[tuple[Any, ...]] = []
+    worker = Worker(
+        queue, job(clock, 36, seen), wait_seconds=1, clock=clock, on_cap="rollover", **FAST
+    )
+    thread, out = run_in_thread(worker.run, until_idle=5)
+    drive_jobs(clock, thread, worker)
+    [stats] = out
+    assert [(lineage, done) for lineage, done, _ in seen] == [
+        (Lineage(first, hop), 10 * hop) for hop in range(4)
+    ]
+    assert (stats.rolled_over, stats.completed, stats.lost) == (3, 1, 0)
+    assert len(queue) == 0 and max(queue.receive_counts.values()) == 1
 
 
 def test_a_handler_that_ignores_rolling_is_capped(clock: ManualClock) -> None:

@@ -125,7 +125,7 @@ def test_a_stalled_handler_lets_go_and_progress_is_coalesced(
 
 def test_a_job_longer_than_the_cap_rolls_over_on_sqs(moto_endpoint: str, queue_url: str) -> None:
     """SQS with max_lease_age overridden to 4 s (a margin of 2 % kept before it): each
-    hop is told to roll over three thresholds (3 x 0.4 s) before the cap, after six
+    hop is told to roll over two thresholds (2 x 0.4 s) before the cap, after seven
     steps of 0.5 s, so a job of 15 steps - nearly two caps - finishes through two
     rollovers (more on a loaded machine), with two workers on the queue: each hop
     resumes from the last checkpoint, every original is deleted, and no two hops run

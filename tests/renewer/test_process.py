@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from leasekeeper import ConfigError, LeaseLost, LeaseManager, LeaseState
+from leasekeeper import ConfigError, LeaseLost, LeaseManager, LeaseState, Worker
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.backends.sqs import SQSBackend
 from leasekeeper.testing import FaultyBackend, ManualClock
@@ -93,6 +93,52 @@ def test_renewals_go_on_while_the_handler_holds_the_gil(moto_endpoint: str, queu
         assert (stats.completed, stats.lost, stats.lapses) == (5, 0, 0)
     finally:
         manager.close()
+
+
+def test_the_manager_returns_before_its_renewer_imports_its_sdk_and_loses_nothing_by_it(
+    moto_endpoint: str, queue_url: str
+) -> None:
+    """The renewer process builds its backend (imports botocore, makes its client)
+    after the manager is constructed. Leases registered meanwhile wait in the socket
+    and are renewed once it does; ``start()`` returns when it renews."""
+    fill(moto_endpoint, queue_url, 3)
+    backend = SQSBackend(make_client(moto_endpoint), queue_url)
+    messages: list[Any] = []
+    while len(messages) < 3:  # received before the manager exists: their time runs
+        messages += backend.receive(max_messages=3, wait_seconds=1, visibility_timeout=5)
+    manager = LeaseManager(
+        backend, renewer="process", visibility_timeout=5, timer_interval=0.2, minimal_life=0.5
+    )
+    try:
+        leases = [manager.register(m) for m in messages]  # whether it serves yet or not
+        manager.start()
+        assert manager.running
+        assert drain_ids(moto_endpoint, queue_url, 1, timeout=7) == set()  # 1.4 timeouts
+        for lease in leases:
+            lease.complete()
+        assert all(lease.extensions >= 1 for lease in leases)
+        assert (manager.stats().completed, manager.stats().lost) == (3, 0)
+    finally:
+        manager.close()
+
+
+def test_a_worker_receives_nothing_before_its_renewer_renews(
+    moto_endpoint: str, queue_url: str
+) -> None:
+    fill(moto_endpoint, queue_url, 4)
+    backend = SQSBackend(make_client(moto_endpoint), queue_url)
+    renewing_at_receive: list[bool] = []
+    receive = backend.receive
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        renewing_at_receive.append(worker.manager.running)
+        return receive(*args, **kwargs)
+
+    backend.receive = watched  # type: ignore[method-assign]
+    worker = Worker(backend, lambda message: None, renewer="process", wait_seconds=1)
+    stats = worker.run(until_idle=1.5)
+    assert stats.completed == 4
+    assert renewing_at_receive and all(renewing_at_receive)
 
 
 def test_a_killed_worker_s_messages_come_back_at_once(moto_endpoint: str, queue_url: str) -> None:
@@ -278,3 +324,53 @@ def test_keys_given_in_code_only_keep_the_worker_on_the_thread_renewer(
     assert (stats.completed, stats.lost, stats.failed) == (5, 0, 0)
     warned = [r.getMessage() for r in caplog.records if "renewer process" in r.getMessage()]
     assert len(warned) == 1 and "AWS_ACCESS_KEY_ID" in warned[0], warned
+
+
+@pytest.mark.parametrize("service", ["azure", "mns"])
+def test_a_queue_opened_with_keys_in_code_only_keeps_the_worker_on_the_thread_renewer(
+    service: str,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As with SQS: an Azure queue client made from a connection string in code, an
+    MNS queue from keys in code, in a process whose environment has none. The
+    renewer process could not open them; this process tells before it starts one
+    (the renewer would find out only after the worker had gone on)."""
+    for name in (
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "AZURE_STORAGE_SAS_TOKEN",
+        "AZURE_STORAGE_ACCOUNT_KEY",
+        "MNS_ACCESS_KEY_ID",
+        "MNS_ACCESS_KEY_SECRET",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    name = f"renewer-{uuid.uuid4().hex[:12]}"
+    backend: Any
+    if service == "azure":
+        from azure.storage.queue import QueueClient
+
+        from leasekeeper.backends.azure import AzureQueueBackend
+
+        client = QueueClient.from_connection_string(request.getfixturevalue("azurite"), name)
+        client.create_queue()
+        backend = AzureQueueBackend(client)
+        variable = "AZURE_STORAGE_CONNECTION_STRING"
+    else:
+        from leasekeeper.backends.mns import MNSBackend
+        from tests.services import sdk_queue
+
+        server = request.getfixturevalue("mns_server")
+        server.create_queue(name, visibility_timeout=30)
+        backend = MNSBackend(sdk_queue(server, name))
+        variable = "MNS_ACCESS_KEY_ID"
+    backend.send("job")
+    with pytest.raises(ConfigError, match=variable):
+        LeaseManager(backend, visibility_timeout=30, renewer="process")
+    with caplog.at_level("WARNING", logger="leasekeeper"):
+        worker = Worker(backend, lambda message: None, wait_seconds=1)
+        stats = worker.run(until_idle=1.0)
+    assert worker.manager.renewer.name == "thread"
+    assert (stats.completed, stats.lost, stats.failed) == (1, 0, 0)
+    warned = [r.getMessage() for r in caplog.records if "renewer process" in r.getMessage()]
+    assert len(warned) == 1 and variable in warned[0], warned

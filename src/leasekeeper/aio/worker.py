@@ -218,6 +218,9 @@ class AsyncWorker:
         """
         if self._loop is not None:
             raise RuntimeError("AsyncWorker.run() is running already")
+        # Nothing is received before its renewals can run (a renewer process builds
+        # its backend after the manager was made): waited for off the event loop.
+        await asyncio.to_thread(self.manager.start)
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._changed = asyncio.Event()

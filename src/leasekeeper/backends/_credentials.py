@@ -11,6 +11,8 @@ names of variables, profiles and settings.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from collections.abc import Sequence
 
 AWS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
@@ -95,6 +97,46 @@ def aws_configuration(exc: BaseException) -> str:
     return "the client is not configured to reach the service (credentials, profile or region)"
 
 
+MNS_KEYS = ("MNS_ACCESS_KEY_ID", "MNS_ACCESS_KEY_SECRET")
+
+
+def mns_no_credentials() -> str:
+    """MNS_ACCESS_KEY_ID or MNS_ACCESS_KEY_SECRET is not set in this process."""
+    return (
+        "an MNS queue is opened with MNS_ACCESS_KEY_ID and MNS_ACCESS_KEY_SECRET from "
+        "the environment, and they are not set here (on a Spark cluster: "
+        "spark.executorEnv.MNS_ACCESS_KEY_ID etc.)"
+    )
+
+
+def mns_credentials_problem() -> str | None:
+    """Why an MNS queue opened from this process's environment would have no keys."""
+    if all(os.environ.get(name) for name in MNS_KEYS):
+        return None
+    return f"ConfigError: {mns_no_credentials()}"
+
+
+def azure_no_credential(account_url: str) -> str:
+    """No key, SAS token or connection string here, and no azure-identity to try."""
+    return (
+        missing_variables(
+            f"no credential for {account_url} in this process", AZURE_CREDENTIALS, joiner="or"
+        )
+        + ", or install azure-identity to use a managed identity (DefaultAzureCredential)"
+    )
+
+
+def azure_credentials_problem(account_url: str) -> str | None:
+    """Why an Azure queue opened from this process's environment would have no
+    credential (``from_url``'s order: a connection string, a SAS token or account key,
+    else azure-identity), or None."""
+    if any(os.environ.get(name) for name in AZURE_CREDENTIALS):
+        return None
+    if importlib.util.find_spec("azure.identity") is not None:
+        return None  # DefaultAzureCredential: what it finds is known at the first call
+    return f"ConfigError: {azure_no_credential(account_url)}"
+
+
 def azure_default_credential(account_url: str) -> object:
     """azure-identity's DefaultAzureCredential (managed identity, environment, CLI...),
     for an account URL with no key, SAS token or connection string in the
@@ -104,12 +146,5 @@ def azure_default_credential(account_url: str) -> object:
     except ImportError:
         from leasekeeper.errors import ConfigError
 
-        raise ConfigError(
-            missing_variables(
-                f"no credential for {account_url} in this process",
-                AZURE_CREDENTIALS,
-                joiner="or",
-            )
-            + ", or install azure-identity to use a managed identity (DefaultAzureCredential)"
-        ) from None
+        raise ConfigError(azure_no_credential(account_url)) from None
     return DefaultAzureCredential()

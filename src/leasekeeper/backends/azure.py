@@ -9,9 +9,9 @@
     client = QueueClient.from_connection_string(conn_str, "jobs")
     backend = AzureQueueBackend(client)
     with LeaseManager(backend, visibility_timeout=60) as manager:
-        for message in backend.receive(max_messages=32, wait_seconds=20):
-            with manager.lease(message):
-                handle(message.body)
+        for held in manager.receive(max_messages=32, wait_seconds=20):
+            with held:  # leased from the moment it arrived
+                handle(held.message.body)
 
 Or by URL: ``leasekeeper.connect("azure://<account>/jobs")`` (``from_url`` below).
 How Azure Storage Queue maps onto the backend contract (docs/backends/azure.md,
@@ -79,6 +79,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[azure]'"
     ) from _exc
 
+from leasekeeper.backends._credentials import azure_credentials_problem
 from leasekeeper.backends.base import (
     SKEW_MARGIN,
     CloudBackend,
@@ -375,6 +376,15 @@ class AzureQueueBackend(CloudBackend):
         url = str(self.queue_client.url).split("?", 1)[0].rstrip("/")
         suffix = "/" + self.queue_name
         return url[: -len(suffix)] if url.endswith(suffix) else url
+
+    def credentials_problem(self) -> str | None:
+        """Why the other process, opening this queue from its own environment, would
+        have no credential (none is needed when the spec carries a connection string:
+        one without a secret)."""
+        spec = self.spec()
+        if isinstance(spec, URLSpec) and dict(spec.options).get("connection_string"):
+            return None
+        return azure_credentials_problem(self.account_url)
 
     def spec(self) -> URLSpec:
         """This account and queue by URL; the credential from the other process's

@@ -1041,8 +1041,9 @@ class CloudBackend:
     def credentials_problem(self) -> str | None:
         """Why a backend built from ``spec()`` in another process on this machine
         would have no credentials, found without a request; None when it would, or
-        cannot tell. The renewer process asks before it says it is ready (an SDK
-        that finds credentials only at the first call would fail every renewal)."""
+        cannot tell. A worker asks before it starts a renewer process, and the
+        renewer asks again of the backend it built (an SDK that finds credentials
+        only at the first call would fail every renewal)."""
         return None
 
     def close(self) -> None:

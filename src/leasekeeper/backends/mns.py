@@ -9,9 +9,9 @@
     queue = Account(endpoint, access_key_id, access_key_secret).get_queue("jobs")
     backend = MNSBackend(queue)
     with LeaseManager(backend, visibility_timeout=60) as manager:
-        for message in backend.receive(max_messages=16, wait_seconds=20):
-            with manager.lease(message):
-                handle(message.body)
+        for held in manager.receive(max_messages=16, wait_seconds=20):
+            with held:  # leased from the moment it arrived
+                handle(held.message.body)
 
 Or ``leasekeeper.connect("mns://<account-id>.mns.<region>.aliyuncs.com/jobs")``. How
 MNS maps onto the backend contract (docs/backends/mns.md, docs/backend-semantics.md):
@@ -65,6 +65,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[mns]'"
     ) from _exc
 
+from leasekeeper.backends._credentials import mns_credentials_problem
 from leasekeeper.backends.base import (
     REDACTED,
     SKEW_MARGIN,
@@ -363,6 +364,8 @@ class MNSBackend(CloudBackend):
             None if queue_visibility_timeout is None else float(queue_visibility_timeout),
         )
         self._skew_warned = False
+
+    credentials_problem = staticmethod(mns_credentials_problem)
 
     def spec(self) -> URLSpec:
         """This endpoint and queue by URL; credentials from the other process's

@@ -6,9 +6,9 @@
 
     backend = leasekeeper.connect("redis://localhost:6379/0?stream=jobs&group=workers")
     with leasekeeper.LeaseManager(backend, visibility_timeout=30) as manager:
-        for message in backend.receive(max_messages=10, wait_seconds=5):
-            with manager.lease(message):
-                handle(message.body)
+        for held in manager.receive(max_messages=10, wait_seconds=5):
+            with held:  # leased from the moment it arrived
+                handle(held.message.body)
 
 A message is a stream entry; its body is the entry's field ``body`` and its other
 fields are its attributes. How a consumer group maps onto the backend contract

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import TYPE_CHECKING, Any
 
 from leasekeeper.backends._credentials import (
@@ -27,12 +28,15 @@ from leasekeeper.backends._credentials import (
     aws_configuration,
     azure_default_credential,
     missing_variables,
+    mns_no_credentials,
 )
 from leasekeeper.backends.registry import parse_url
 from leasekeeper.clock import Clock
 from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
 
 if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
     from leasekeeper.backends.azure import AzureQueueBackend
     from leasekeeper.backends.memory import MemoryQueue
     from leasekeeper.backends.mns import MNSBackend
@@ -87,7 +91,6 @@ def sqs(
         credentials_from="boto3 takes them from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
         "its shared files or an instance role",
     )
-    import boto3
     from botocore.config import Config
 
     endpoint = (  # botocore's order: the service's own variable first
@@ -116,8 +119,7 @@ def sqs(
     from botocore.exceptions import NoRegionError
 
     try:
-        client = boto3.client(
-            "sqs",
+        client = sqs_client(
             # None: AWS_DEFAULT_REGION, then the shared configuration
             region_name=region or url_region or os.environ.get("AWS_REGION") or None,
             endpoint_url=endpoint,
@@ -135,6 +137,21 @@ def sqs(
     return SQSBackend(
         client, queue_url, clock=clock, client_retries=client_retries, max_lease_age=max_lease_age
     )
+
+
+def sqs_client(**options: Any) -> SQSClient:
+    """``boto3.client("sqs", **options)`` where this process uses boto3 already (its
+    default session, a profile set up in code, is honoured), else the same client
+    made by botocore alone: a process that never imports boto3 - the renewer
+    process - starts a tenth of a second sooner."""
+    boto3 = sys.modules.get("boto3")
+    if boto3 is not None:
+        client: SQSClient = boto3.client("sqs", **options)
+        return client
+    import botocore.session
+
+    made: SQSClient = botocore.session.get_session().create_client("sqs", **options)  # type: ignore[assignment]
+    return made
 
 
 def mns(
@@ -165,11 +182,7 @@ def mns(
     access_id = os.environ.get("MNS_ACCESS_KEY_ID")
     access_key = os.environ.get("MNS_ACCESS_KEY_SECRET")
     if not access_id or not access_key:
-        raise ConfigError(
-            "an MNS queue is opened with MNS_ACCESS_KEY_ID and MNS_ACCESS_KEY_SECRET from "
-            "the environment, and they are not set here (on a Spark cluster: "
-            "spark.executorEnv.MNS_ACCESS_KEY_ID etc.)"
-        )
+        raise ConfigError(mns_no_credentials())
     host = parsed.host if parsed.port is None else f"{parsed.host}:{parsed.port}"
     account = Account(
         f"{'https' if secure else 'http'}://{host}",

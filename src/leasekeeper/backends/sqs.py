@@ -1,14 +1,10 @@
 """SQSBackend: leasekeeper on Amazon SQS, through a boto3 client::
 
-    import boto3
-    from leasekeeper import LeaseManager
-    from leasekeeper.backends.sqs import SQSBackend
-
     backend = SQSBackend(boto3.client("sqs"), queue_url)
     with LeaseManager(backend, visibility_timeout=60) as manager:
-        for message in backend.receive(max_messages=10, wait_seconds=20):
-            with manager.lease(message):
-                handle(message.body)
+        for held in manager.receive(max_messages=10, wait_seconds=20):
+            with held:  # leased from the moment it arrived
+                handle(held.message.body)
 
 Or ``leasekeeper.connect("https://sqs.eu-west-1.amazonaws.com/123456789012/jobs")``.
 See docs/backends/sqs.md, and docs/backend-semantics.md for what SQS really does.
@@ -16,6 +12,7 @@ See docs/backends/sqs.md, and docs/backend-semantics.md for what SQS really does
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import math
@@ -26,8 +23,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 try:
-    import boto3  # noqa: F401 - what the extra installs (leasekeeper.connect builds clients)
     from botocore import exceptions as boto
+
+    if importlib.util.find_spec("boto3") is None:  # the extra's; imported in schemes.sqs_client
+        raise ImportError("No module named 'boto3'")
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "leasekeeper.backends.sqs needs boto3, which is not installed: "
