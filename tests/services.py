@@ -29,6 +29,7 @@ from tests import toolchain
 from tests.azure.settings import connection_string
 
 REPO = Path(__file__).resolve().parents[1]
+MOTO_SERIAL = Path(__file__).resolve().parent / "moto_serial.py"  # moto, receives made atomic
 
 # ---------------------------------------------------------------- SQS (moto)
 
@@ -73,16 +74,17 @@ def make_client(endpoint: str, **config: Any) -> Any:
 
 @pytest.fixture(scope="session")
 def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """moto's server as a ``python -m moto.server`` **subprocess** on 127.0.0.1: a
-    separate process, as the real service is, so its request handling never
-    competes with the lease scheduler for this process's GIL."""
+    """moto's server as a **subprocess** on 127.0.0.1: a separate process, as the
+    real service is, so its request handling never competes with the lease
+    scheduler for this process's GIL. Its receives are made atomic, as SQS's are
+    (tests/moto_serial.py)."""
     port = free_port()
     log_path = Path(tmp_path_factory.mktemp("moto")) / "moto_server.log"
     env = {**os.environ, **CHILD_ENV}
     with log_path.open("wb") as log_file:
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                [sys.executable, str(MOTO_SERIAL), "-H", "127.0.0.1", "-p", str(port)],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 env=env,

@@ -190,6 +190,11 @@ class FrameworkLeases:
                     name: value for name, value in self.options.items() if name in _MANAGER_KEYWORDS
                 }
                 manager = LeaseManager(backend, config, **keywords)
+                try:
+                    manager.start()  # a renewer process renews before the first receive
+                except LeaseError:
+                    manager.close()
+                    raise
                 made = QueueLeases(key, backend, manager, timeout)
             except LeaseError as exc:
                 log.error(

@@ -269,6 +269,7 @@ def _run_task(spec: _TaskSpec, task: int) -> dict[str, Any]:
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
     backend, manager = _process_manager(spec.source, spec.config, spec.renewer)
+    manager.start()  # a renewer process renews before the first receive
     tally = _TaskTally(task, attempt)
     begun = time.monotonic()
     idle_since = begun
