@@ -14,6 +14,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -307,3 +308,61 @@ def test_a_renewer_that_cannot_build_what_this_process_could_says_why_before_any
         manager.close()
     [message] = backend.receive(wait_seconds=5)  # the worker received nothing
     assert message.body == "left alone"
+
+
+WORKER_KILLED_WHILE_ITS_RENEWER_BUILDS = """
+import os, sys
+import leasekeeper
+from leasekeeper import LeaseManager
+
+backend = leasekeeper.connect(sys.argv[1], visibility_timeout=30)
+os.environ["RELAY_BUILD_SECONDS"] = "3"  # the renewer's build, not this one's
+manager = LeaseManager(backend, renewer="process", visibility_timeout=30)
+held = []
+while len(held) < 3:
+    held += [manager.register(m) for m in backend.receive(max_messages=3, wait_seconds=1)]
+print("registered", manager.renewer_pid, manager.running, flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_a_worker_killed_while_its_renewer_builds_has_its_messages_released(
+    plugin: Path,
+) -> None:
+    """The renewer process is still building its backend (3 s) when its worker is
+    SIGKILLed with three leases registered: it keeps the notice until the build is
+    done, then reads what the worker sent and releases it - the messages are back
+    seconds later, not after their 30 s visibility timeout."""
+    stream = f"relay-{uuid.uuid4().hex[:8]}"
+    url = f"relay://{stream}"
+    backend = leasekeeper.connect(url, visibility_timeout=30)
+    for body in ("a", "b", "c"):
+        backend.send(body)  # type: ignore[attr-defined]
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER_KILLED_WHILE_ITS_RENEWER_BUILDS, url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        line = worker.stdout.readline().split()
+        assert line[:1] == ["registered"] and line[2] == "False", line  # not serving yet
+        renewer = int(line[1])
+        worker.kill()
+        worker.wait()
+        killed = time.monotonic()
+        other = leasekeeper.connect(url, consumer="other", visibility_timeout=30)
+        got: list[Any] = []
+        while len(got) < 3 and time.monotonic() - killed < 20:
+            got += other.receive(max_messages=3, wait_seconds=1)
+        assert sorted(m.body for m in got) == ["a", "b", "c"]
+        assert time.monotonic() - killed < 20  # released, not lapsed (30 s)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{renewer}"):
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{renewer}"), "the renewer outlived its worker"
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()

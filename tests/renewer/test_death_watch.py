@@ -41,6 +41,12 @@ SCRIPT = textwrap.dedent(
     settled.settle()
     settled.parent = -1
     print("after settle:", notice(settled))
+
+    building = DeathWatch(os.getppid())  # while the renewer builds its backend
+    signal.signal(PARENT_DEATH_SIGNAL, building.on_notice)
+    building.defer()
+    building.parent = -1
+    print("deferred:", notice(building), "resumed:", building.resume(), notice(building))
     """
 )
 
@@ -54,4 +60,6 @@ def test_the_watch_raises_once_and_never_after_it_is_settled() -> None:
         "parent alive: quiet",  # a signal from a worker thread's exit is not a death
         "first notice: raised second notice: quiet",
         "after settle: quiet",
+        # kept, not raised, while deferred; told by resume(), which settles the watch
+        "deferred: quiet resumed: True quiet",
     ]
