@@ -46,9 +46,9 @@ from typing import Any
 
 from leasekeeper._record import LeaseRecord, LeaseState
 from leasekeeper._wire import encode_error, recv_frame, send_frame
-from leasekeeper.backends.base import CloudBackend, Message
+from leasekeeper.backends.base import Message
 from leasekeeper.config import LeaseConfig
-from leasekeeper.errors import ConfigError, LeaseError
+from leasekeeper.errors import LeaseError
 from leasekeeper.lease import Lease
 from leasekeeper.manager import LeaseManager
 from leasekeeper.observers import CallEvent, Observer
@@ -546,13 +546,10 @@ def main(argv: Sequence[str]) -> int:
 
 
 def build_manager(spec: Any, config: Any) -> LeaseManager:
-    """The thread-mode manager on the backend ``spec`` builds here; ConfigError when
-    that backend would have no credentials (every renewal would fail: say so now)."""
-    backend = spec.build()
-    problem = backend.credentials_problem() if isinstance(backend, CloudBackend) else None
-    if problem is not None:
-        raise ConfigError(problem)
-    return LeaseManager(backend, LeaseConfig.from_fields(config, {}), renewer="thread")
+    """The thread-mode manager on the backend ``spec`` builds here. (Credentials it
+    would lack were asked of the worker's own backend, in the same environment,
+    while this process started: ``_renewer_link``'s precheck.)"""
+    return LeaseManager(spec.build(), LeaseConfig.from_fields(config, {}), renewer="thread")
 
 
 if __name__ == "__main__":

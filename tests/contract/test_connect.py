@@ -29,6 +29,7 @@ from leasekeeper.backends.registry import URLSpec, installed_schemes
 from leasekeeper.backends.sqs import SQSBackend
 from tests.azure.settings import ACCOUNT
 from tests.plugin import write_plugin
+from tests.renewer.test_process import alive
 from tests.services import MNSServer, make_client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -359,9 +360,9 @@ def test_a_worker_killed_while_its_renewer_builds_has_its_messages_released(
         assert sorted(m.body for m in got) == ["a", "b", "c"]
         assert time.monotonic() - killed < 20  # released, not lapsed (30 s)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and os.path.exists(f"/proc/{renewer}"):
+        while alive(renewer) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not os.path.exists(f"/proc/{renewer}"), "the renewer outlived its worker"
+        assert not alive(renewer), "the renewer outlived its worker"
     finally:
         if worker.poll() is None:
             worker.kill()

@@ -1041,9 +1041,9 @@ class CloudBackend:
     def credentials_problem(self) -> str | None:
         """Why a backend built from ``spec()`` in another process on this machine
         would have no credentials, found without a request; None when it would, or
-        cannot tell. A worker asks before it starts a renewer process, and the
-        renewer asks again of the backend it built (an SDK that finds credentials
-        only at the first call would fail every renewal)."""
+        cannot tell. A worker asks while it starts a renewer process, which
+        inherits its environment (an SDK that finds credentials only at the first
+        call would fail every renewal there)."""
         return None
 
     def close(self) -> None:
