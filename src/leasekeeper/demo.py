@@ -1,8 +1,8 @@
 """The seed scenario, side by side, on the in-memory queue in real time.
 
 Five workers share a queue of three long jobs (each takes 3x the short visibility
-timeout). Worker 1 crashes one time unit in, holding its job. Three set-ups run at
-once, each on its own queue:
+timeout). Worker 1 takes the first job and crashes one time unit in, holding it.
+Three set-ups run at once, each on its own queue:
 
 (a) a long visibility timeout (20 units), no leasekeeper: nothing is processed
     twice, but the crashed worker's job is stuck for the whole timeout;
@@ -75,6 +75,10 @@ class _Scenario:
             message_id = self.queue.send(f"job-{n + 1}")
             outcome.timeline.names[message_id] = f"job-{n + 1}"
         self.stop = threading.Event()
+        # The crashing worker takes the first job; the others receive once it holds it.
+        # Left to the threads' start order, the crash was a race: under load four other
+        # workers could take all three jobs first, and then nothing crashed at all.
+        self.crasher_holds_a_job = threading.Event()
         self.managers: list[LeaseManager] = []
 
     def run(self) -> None:
@@ -94,6 +98,7 @@ class _Scenario:
                 break
             time.sleep(0.02)
         self.stop.set()
+        self.crasher_holds_a_job.set()  # no worker waits on it any more
         for thread in threads:
             thread.join(timeout=JOB_UNITS * self.unit + 1)
         for manager in self.managers:
@@ -114,11 +119,15 @@ class _Scenario:
             manager.add_observer(TimelineObserver(o.timeline, name))
             self.managers.append(manager)
         timeline = o.timeline
+        if not crashes:
+            self.crasher_holds_a_job.wait()
         while not self.stop.is_set():
             got = self.queue.receive(max_messages=1, wait_seconds=0.05 * unit)
             if not got:
                 continue
             message = got[0]
+            if crashes:
+                self.crasher_holds_a_job.set()
             lease = manager.register(message) if manager is not None else None
             now = time.monotonic()
             with o.lock:

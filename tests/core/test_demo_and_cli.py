@@ -58,6 +58,10 @@ def test_demo_shows_the_trade_and_leasekeeper_ends_it(
     assert sum(len(r.renewals) for r in runs["(c)"]) == leased.extensions
     assert sum(r.duplicate for r in runs["(b)"]) == short_no_lease.duplicates
     assert [r.ending for r in runs["(c)"]].count("crashed") == 1
+    # Whatever the threads' start order: w1 takes the first job and crashes holding it.
+    for title, scenario_runs in runs.items():
+        crashed = [r.worker for r in scenario_runs if r.ending == "crashed"]
+        assert crashed == ["w1"], (title, crashed)
     # The same as SVG: three panels, a bar per run, a tick per renewal.
     root = ET.parse(svg).getroot()
     marks = [e.attrib.get("class", "") for e in root.iter()]
