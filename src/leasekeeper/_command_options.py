@@ -99,8 +99,9 @@ def config_field_help() -> dict[str, str]:
             continue
         else:
             current = None
-    # argparse %-formats help texts: a docstring's "20 %" must reach it as "20 %%".
-    return {name: plain(" ".join(words)).replace("%", "%%") for name, words in out.items()}
+    # Plain text: add_config_flags escapes "%" for argparse, once (escaped here as
+    # well, --help printed "20 %%").
+    return {name: plain(" ".join(words)) for name, words in out.items()}
 
 
 def plain(text: str) -> str:

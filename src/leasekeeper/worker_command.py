@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 
 from leasekeeper._command_options import add_config_flags, add_version_flag, config_from, number
 from leasekeeper.backends.base import Backend
+from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError, LeaseError, ReceiveError
 
@@ -445,6 +446,13 @@ def check_queue(args: argparse.Namespace, backend: Backend) -> None:
     """Ask the service about the queue once, before the first receive: a queue that
     does not exist, or credentials it refuses, are a UsageError; a service that
     cannot be reached just now is left to the worker, which retries."""
+    if isinstance(backend, MemoryQueue):  # nothing to ask; but say what it cannot do
+        logging.getLogger("leasekeeper.worker").warning(
+            "%r is an in-memory queue: it lives only in this process (nothing else can "
+            "send to it; what is left in it is gone when the worker ends)",
+            backend,
+        )
+        return
     kind = "sqs" if args.sqs is not None else "mns" if args.mns is not None else "azure"
     try:
         read_queue(backend)

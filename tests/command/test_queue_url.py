@@ -112,3 +112,20 @@ def test_a_queue_url_that_cannot_work_is_one_line_and_exit_2(
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
     assert line.startswith("leasekeeper worker: error: ") and expected in line, line
+
+
+def test_an_in_memory_queue_is_said_to_live_only_in_this_process(tmp_path: Path) -> None:
+    (tmp_path / "jobs.py").write_text(JOBS)
+    args = ["--queue", "memory://jobs", "--until-idle", "0.2", *TIMING]
+    result = subprocess.run(
+        [sys.executable, "-m", "leasekeeper", "worker", "jobs:handle", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    [notice] = [line for line in result.stderr.splitlines() if "in-memory" in line]
+    assert "WARNING" in notice and "lives only in this process" in notice
+    assert "memory://jobs" in notice or "'jobs'" in notice

@@ -654,6 +654,7 @@ def test_help_is_plain_text_for_a_terminal(args: list[str]) -> None:
     for markup in ("``", ":class:", ":func:", ":meth:", "`_"):
         assert markup not in result.stdout
     assert not re.search(r"^\s*\.\. \w+::", result.stdout, re.MULTILINE)  # no directives
+    assert "%%" not in result.stdout  # argparse's escape of a "%", escaped once only
     assert max(len(line) for line in result.stdout.splitlines()) < 80  # an 80-column terminal
 
 
