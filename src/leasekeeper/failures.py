@@ -13,7 +13,8 @@ received ``max_receives`` times that fails again is a poison message:
 - without one, it is left to the service, released as before: SQS moves it to the
   queue's own dead-letter queue if the queue has a redrive policy (read once, and
   said in one INFO line when a worker starts); otherwise it is retried for ever,
-  which a worker says in one WARNING when it starts.
+  which one WARNING says at the first such failure of the process (not at start: a
+  program whose handlers never fail hears nothing of it).
 
 Every failure is one WARNING line naming the message id and its receive count
 (never a receipt). The same policy serves ``with held:``, ``with lease(msg):``,
@@ -35,7 +36,13 @@ from leasekeeper.errors import ConfigError
 if TYPE_CHECKING:
     from leasekeeper.lease import Lease
 
-__all__ = ["DEFAULT_MAX_RECEIVES", "Failures", "resolve_dead_letter"]
+__all__ = [
+    "DEFAULT_MAX_RECEIVES",
+    "RETRIED_FOR_EVER",
+    "Failures",
+    "OncePerProcess",
+    "resolve_dead_letter",
+]
 
 log = logging.getLogger("leasekeeper.failures")
 
@@ -43,6 +50,24 @@ log = logging.getLogger("leasekeeper.failures")
 DEFAULT_MAX_RECEIVES = 5
 #: The attributes leasekeeper adds to a dead-letter copy.
 SOURCE, RECEIVES, ERROR = "leasekeeper-source", "leasekeeper-receive-count", "leasekeeper-error"
+
+
+class OncePerProcess:
+    """A warning said once in a process, whichever manager or worker comes to it first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.said = False
+
+    def claim(self) -> bool:
+        """True the first time only: the caller says it."""
+        with self._lock:
+            first, self.said = not self.said, True
+        return first
+
+
+#: "A failing message is retried for ever": said at the first failure it concerns.
+RETRIED_FOR_EVER = OncePerProcess()
 
 
 def resolve_dead_letter(target: Backend | str | None, source: Backend | None) -> Backend | None:
@@ -88,9 +113,11 @@ class Failures:
         self.max_receives = config.max_receives
         if self.max_receives is None and dead_letter is not None:
             self.max_receives = DEFAULT_MAX_RECEIVES
-        self._lock = threading.Lock()  # guards dead_lettered and _announced
+        self._lock = threading.Lock()  # guards dead_lettered, _announced and _redrives
         self.dead_lettered = 0
         self._announced = False
+        # Each source queue's redrive policy, read once (id of the backend -> policy).
+        self._redrives: dict[int, Mapping[str, Any] | None] = {}
 
     def poisoned(self, lease: Lease) -> bool:
         """Has ``lease``'s message had its last try (received ``max_receives`` times)?"""
@@ -159,6 +186,28 @@ class Failures:
             tail,
             exc_info=error if traceback else None,
         )
+        if self.dead_letter is None and not RETRIED_FOR_EVER.said:
+            self._say_retried_for_ever(lease.message.backend)
+
+    def _say_retried_for_ever(self, source: Backend | None) -> None:
+        """Once per process, at the first failure with nowhere for the message to end."""
+        if self._redrive_of(source) is None and RETRIED_FOR_EVER.claim():
+            log.warning(
+                "a message whose handler keeps failing is retried for ever (with growing "
+                "delays): give max_receives and dead_letter (--max-receives, --dead-letter), "
+                "or the queue a redrive policy"
+            )
+
+    def _redrive_of(self, source: Backend | None) -> Mapping[str, Any] | None:
+        """``source``'s redrive policy, asked of the service once."""
+        key = id(source)
+        with self._lock:
+            if key in self._redrives:
+                return self._redrives[key]
+        policy = _redrive(source)
+        with self._lock:
+            self._redrives[key] = policy
+        return policy
 
     def _of(self) -> str:
         return "" if self.max_receives is None else f" of {self.max_receives}"
@@ -197,7 +246,8 @@ class Failures:
 
     def announce(self, source: Backend | None) -> None:
         """Say once, when a worker or a receive loop starts, where failing messages
-        end: the dead-letter queue, the queue's own redrive policy, or nowhere."""
+        end: the dead-letter queue, or the queue's own redrive policy. Nowhere is said
+        at the first failure (``warn_released``), if one comes."""
         with self._lock:
             if self._announced:
                 return
@@ -209,19 +259,13 @@ class Failures:
                 self.dead_letter,
             )
             return
-        redrive = _redrive(source)
+        redrive = self._redrive_of(source)
         if redrive is not None:
             log.info(
                 "the queue's redrive policy moves a message received %s times to %s",
                 redrive.get("maxReceiveCount", "?"),
                 redrive.get("deadLetterTargetArn", "its dead-letter queue"),
             )
-            return
-        log.warning(
-            "a message whose handler keeps failing is retried for ever (with growing "
-            "delays): give max_receives and dead_letter (--max-receives, --dead-letter), "
-            "or the queue a redrive policy"
-        )
 
 
 def _what(error: BaseException | None) -> str:

@@ -14,7 +14,7 @@ import pytest
 from leasekeeper import LeaseManager, LeaseState, Message, Worker, aio, leased
 from leasekeeper.aio import AsyncWorker
 from leasekeeper.backends.memory import MemoryQueue
-from leasekeeper.failures import DEFAULT_MAX_RECEIVES, ERROR, RECEIVES, SOURCE
+from leasekeeper.failures import DEFAULT_MAX_RECEIVES, ERROR, RECEIVES, RETRIED_FOR_EVER, SOURCE
 from leasekeeper.testing import ManualClock
 from tests.core.test_worker import drive, run_in_thread
 from tests.helpers import ScriptedBackend
@@ -97,16 +97,68 @@ def test_with_held_dead_letters_too(clock: ManualClock) -> None:
     assert manager.stats().dead_lettered == 1
 
 
-def test_without_a_dead_letter_queue_a_worker_says_failing_messages_retry_for_ever(
-    clock: ManualClock, caplog: pytest.LogCaptureFixture
+@pytest.fixture
+def fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if no failure had been seen in this process yet (the suite's tests share one)."""
+    monkeypatch.setattr(RETRIED_FOR_EVER, "said", False)
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_without_a_dead_letter_queue_the_first_failure_says_failing_messages_retry_for_ever(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture, fresh_process: None
 ) -> None:
-    queue = MemoryQueue(30, clock=clock)
     caplog.set_level(logging.INFO, logger="leasekeeper")
-    worker = Worker(queue, failing, wait_seconds=1, clock=clock, **TIMING)
-    thread, _ = run_in_thread(worker.run, until_idle=2)
+    for _ in range(2):  # two workers of one process, each failing a message three times
+        queue = MemoryQueue(30, clock=clock)
+        queue.send("fails")
+        worker = Worker(queue, failing, wait_seconds=1, clock=clock, **TIMING)
+        thread, out = run_in_thread(worker.run, until_idle=20)
+        drive(clock, thread)
+        assert out[0].failed >= 3
+    warnings = warnings_of(caplog)
+    said = [i for i, w in enumerate(warnings) if "retried for ever" in w]
+    first_failure = next(i for i, w in enumerate(warnings) if "handler failed" in w)
+    assert len(said) == 1 and said[0] > first_failure, warnings  # once, after the failure
+    assert "max_receives" in warnings[said[0]] and "dead_letter" in warnings[said[0]]
+
+
+def test_a_run_where_every_job_succeeds_says_nothing_of_retrying_for_ever(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture, fresh_process: None
+) -> None:
+    caplog.set_level(logging.INFO, logger="leasekeeper")
+    queue = MemoryQueue(30, clock=clock)
+    for n in range(3):
+        queue.send(f"job {n}")
+    worker = Worker(queue, lambda message: None, wait_seconds=1, clock=clock, **TIMING)
+    thread, out = run_in_thread(worker.run, until_idle=2)
     drive(clock, thread)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("retried for ever" in w for w in warnings)
+    manager = LeaseManager(queue, clock=clock, **TIMING)
+    queue.send("one more")
+    for held in manager.receive(max_messages=10):
+        with held:
+            pass
+    manager.close()
+    assert out[0].completed == 3 and len(queue) == 0
+    assert not any("for ever" in w for w in warnings_of(caplog)), warnings_of(caplog)
+    assert not RETRIED_FOR_EVER.said
+
+
+def test_with_a_dead_letter_queue_a_failure_says_nothing_of_retrying_for_ever(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture, fresh_process: None
+) -> None:
+    caplog.set_level(logging.INFO, logger="leasekeeper")
+    queue = MemoryQueue(30, clock=clock)
+    queue.send("fails once")
+    manager = LeaseManager(queue, clock=clock, dead_letter=MemoryQueue(30, clock=clock), **TIMING)
+    (held,) = manager.receive()
+    with pytest.raises(ValueError), held:
+        raise ValueError("fails")
+    manager.close()
+    assert any("handler failed" in w for w in warnings_of(caplog))
+    assert not any("for ever" in w for w in warnings_of(caplog))
 
 
 def test_a_leased_handler_given_to_a_worker_runs_once_and_is_deleted_once(

@@ -14,7 +14,7 @@ import pytest
 
 from leasekeeper import Message, Worker
 from leasekeeper.backends.sqs import SQSBackend
-from leasekeeper.failures import RECEIVES, SOURCE
+from leasekeeper.failures import RECEIVES, RETRIED_FOR_EVER, SOURCE
 from tests.sqs.conftest import make_client
 
 pytestmark = pytest.mark.realtime
@@ -59,8 +59,13 @@ def test_a_poison_message_reaches_the_dead_letter_queue_after_exactly_max_receiv
 
 
 def test_without_a_dead_letter_target_the_queues_redrive_policy_is_named(
-    moto_endpoint: str, make_queue: Callable[..., str], caplog: pytest.LogCaptureFixture
+    moto_endpoint: str,
+    make_queue: Callable[..., str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # As if no failure had been seen in this process: "retried for ever" could be said.
+    monkeypatch.setattr(RETRIED_FOR_EVER, "said", False)
     admin = make_client(moto_endpoint)
     dead_url = make_queue()
     arn = admin.get_queue_attributes(QueueUrl=dead_url, AttributeNames=["QueueArn"])
