@@ -293,6 +293,71 @@ def test_lease_takes_a_message() -> None:
         aio.lease({"body": "x"})  # type: ignore[arg-type]
 
 
+# ------------------------------------------------------------------ aio.receive
+
+
+def test_receive_leases_every_message_at_arrival_so_the_second_waits_renewed(
+    clock: ManualClock, queue: MemoryQueue, make_manager: Any
+) -> None:
+    queue.send_many(["first", "second"])
+    manager = make_manager(queue)
+
+    async def main() -> list[aio.AsyncLease]:
+        held_ones = []
+        for scope in await aio.receive(manager, max_messages=2):
+            async with scope as held:
+                held_ones.append(held)
+                if held.message.body == "first":
+                    clock.advance(90)  # three visibility timeouts of work on the first
+        return held_ones
+
+    first, second = run(main())
+    # Leased when received: the second was renewed while the first ran, not run out.
+    assert second.extensions > 0 and second.state is LeaseState.COMPLETED
+    assert first.state is LeaseState.COMPLETED
+    assert sorted(queue.deleted_ids) == sorted([first.id, second.id])
+    assert manager.stats().lost == 0
+
+
+def test_received_then_leased_in_turn_the_second_has_run_out(
+    clock: ManualClock, queue: MemoryQueue, make_manager: Any
+) -> None:
+    """What aio.receive is for: the same work, leased one at a time, fails."""
+    queue.send_many(["first", "second"])
+    manager = make_manager(queue)
+
+    async def main() -> None:
+        for message in queue.receive(max_messages=2):
+            async with aio.lease(message, manager=manager):
+                if message.body == "first":
+                    clock.advance(90)
+
+    with pytest.raises(leasekeeper.LeaseTooShort):
+        run(main())
+
+
+def test_a_receive_cancelled_while_it_runs_releases_what_it_brings(
+    queue: MemoryQueue, make_manager: Any
+) -> None:
+    queue.send("job")
+    manager = make_manager(queue)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(aio.receive(manager, max_messages=1))
+        await asyncio.sleep(0)  # the receive is under way on its thread
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        deadline = time.monotonic() + 30
+        while manager.stats().released == 0 and time.monotonic() < deadline:
+            manager.flush()
+            await asyncio.sleep(0.01)  # the receive's thread finishing, the release sent
+
+    run(main())
+    assert manager.stats().released == 1 and queue.visible_count() == 1
+    assert manager.leases() == []
+
+
 # ------------------------------------------------------------------ @leased
 
 

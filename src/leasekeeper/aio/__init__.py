@@ -4,6 +4,10 @@
 
     from leasekeeper import aio
 
+    for scope in await aio.receive(manager, max_messages=10, wait_seconds=5):
+        async with scope as held:               # each leased the instant it arrived
+            await work(held.message)
+
     async with aio.lease(message) as held:      # the default manager of its backend
         await work(message)                     # renewed meanwhile, off the loop
         held.check()                            # LeaseLost if another worker may have it
@@ -24,6 +28,7 @@ See docs/guide.md, "asyncio".
 
 from leasekeeper.aio.decorator import leased
 from leasekeeper.aio.held import AsyncLease, AsyncLeaseScope, LostEvent, current_lease, lease
+from leasekeeper.aio.receive import receive
 from leasekeeper.aio.worker import AsyncWorker
 
 __all__ = [
@@ -34,4 +39,5 @@ __all__ = [
     "current_lease",
     "lease",
     "leased",
+    "receive",
 ]
