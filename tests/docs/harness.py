@@ -31,8 +31,10 @@ import collections
 import contextlib
 import functools
 import signal
+import sys
 import threading
 import time
+import types
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
@@ -71,6 +73,11 @@ def sqs_client(endpoint: str, region: str) -> Any:
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
+
+
+def _origin(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
 
 
 class Tracked:
@@ -307,6 +314,8 @@ class DocsHarness:
         self._cleanups: list[Callable[[], None]] = []
         self._mns_server: Any = None
         self._sent = 0
+        self._endpoints: dict[str, str] = {}  # a page's local endpoint -> the session's moto
+        self._local_queues: dict[str, str] = {}  # local_sqs's queues: name -> moto's URL
         # Every LeaseManager made on this page (a Worker's, a default manager, the
         # page's own): its lost leases fail the block that lost them.
         original_init = LeaseManager.__init__
@@ -348,7 +357,30 @@ class DocsHarness:
         reader's would be: ``boto3.client("sqs")`` reaches moto, in ``region``, with
         dummy credentials. ``name`` for a page that spells out a queue URL
         (``https://sqs.REGION.amazonaws.com/123456789012/NAME``: moto's account)."""
-        endpoint = self.request.getfixturevalue("moto_endpoint")
+        endpoint = self.sqs_queue_environment(region)
+        client = sqs_client(endpoint, region)
+
+        def create() -> str:
+            url: str = client.create_queue(
+                QueueName=name or f"docs-{uuid.uuid4().hex[:12]}",
+                Attributes={"VisibilityTimeout": str(visibility_timeout)},
+            )["QueueUrl"]
+            return url
+
+        url = create()
+        try:
+            client.purge_queue(QueueUrl=url)
+        except client.exceptions.PurgeQueueInProgress:
+            # Another page purged a queue of this name within the minute: start afresh.
+            client.delete_queue(QueueUrl=url)
+            url = create()
+        self._track(TrackedSQS(endpoint, region, url), messages)
+        return url
+
+    def sqs_queue_environment(self, region: str = "us-east-1") -> str:
+        """The environment ``sqs_queue`` sets (``boto3.client("sqs")`` reaches moto);
+        returns moto's endpoint."""
+        endpoint: str = self.request.getfixturevalue("moto_endpoint")
         for variable, value in {
             **services().CHILD_ENV,
             "AWS_REGION": region,
@@ -356,14 +388,7 @@ class DocsHarness:
             "AWS_ENDPOINT_URL": endpoint,
         }.items():
             self._patch.setenv(variable, value)
-        client = sqs_client(endpoint, region)
-        url: str = client.create_queue(
-            QueueName=name or f"docs-{uuid.uuid4().hex[:12]}",
-            Attributes={"VisibilityTimeout": str(visibility_timeout)},
-        )["QueueUrl"]
-        client.purge_queue(QueueUrl=url)
-        self._track(TrackedSQS(endpoint, region, url), messages)
-        return url
+        return endpoint
 
     def mns_queue(
         self, messages: int = 3, *, name: str = "jobs", visibility_timeout: int = 30
@@ -428,6 +453,82 @@ class DocsHarness:
         self._patch.setattr(leasekeeper, "connect", connect_to_session_server)
         self._track(TrackedRedis(client, stream, group), messages)
         return served
+
+    def local_sqs(
+        self, endpoint: str, messages: int = 0, *, name: str = "jobs", environment: bool = True
+    ) -> str:
+        """A page that runs SQS on a local stand-in the suite does not have
+        (LocalStack, ElasticMQ, a moto server on a port of its own) at ``endpoint``,
+        e.g. ``http://localhost:4566``: a queue ``name`` on the session's moto, and
+        every SDK client of this process made for ``endpoint`` talks to moto instead
+        (the queue URLs the page spells are left as they are: moto finds a queue by
+        its name). With ``environment``, ``AWS_ENDPOINT_URL`` and the rest are set as
+        ``sqs_queue`` sets them (the reader's ``export AWS_ENDPOINT_URL=...``);
+        without, no endpoint is configured anywhere. Returns moto's URL of the queue."""
+        url = self._local_queues.get(name)
+        if url is None:  # made once a page: moto purges a queue once a minute at most
+            url = self._local_queues[name] = self.sqs_queue(messages, name=name)
+        else:
+            self.sqs_queue_environment()
+            self.refill(messages)
+        if not environment:
+            self._patch.delenv("AWS_ENDPOINT_URL", raising=False)
+            self._patch.delenv("AWS_ENDPOINT_URL_SQS", raising=False)
+        moto = self.request.getfixturevalue("moto_endpoint")
+        if not self._endpoints:
+            self._redirect_clients()
+        self._endpoints[_origin(endpoint)] = moto
+        return url
+
+    def _redirect_clients(self) -> None:
+        import botocore.session
+
+        create_client = botocore.session.Session.create_client
+        endpoints = self._endpoints
+
+        @functools.wraps(create_client)
+        def redirected(session: Any, *args: Any, **kwargs: Any) -> Any:
+            spelled = kwargs.get("endpoint_url")
+            if isinstance(spelled, str) and _origin(spelled) in endpoints:
+                kwargs["endpoint_url"] = endpoints[_origin(spelled)]
+            return create_client(session, *args, **kwargs)
+
+        self._patch.setattr(botocore.session.Session, "create_client", redirected)
+
+    def stand_in_for_testcontainers(self) -> None:
+        """``testcontainers.localstack.LocalStackContainer`` for a page that starts
+        LocalStack in Docker (no Docker here): the session's moto, on its own random
+        port as a container's would be."""
+        moto = self.request.getfixturevalue("moto_endpoint")
+        self.local_sqs(moto)  # the queue "jobs" on moto, as the page creates it
+
+        class LocalStackContainer:
+            def __init__(self, image: str = "localstack/localstack", **kwargs: Any) -> None:
+                self.image = image
+
+            def with_services(self, *services: str) -> LocalStackContainer:
+                return self
+
+            def get_url(self) -> str:
+                return str(moto)
+
+            def __enter__(self) -> LocalStackContainer:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                return None
+
+        package = types.ModuleType("testcontainers")
+        module = types.ModuleType("testcontainers.localstack")
+        module.LocalStackContainer = LocalStackContainer  # type: ignore[attr-defined]
+        package.localstack = module  # type: ignore[attr-defined]
+        self._patch.setitem(sys.modules, "testcontainers", package)
+        self._patch.setitem(sys.modules, "testcontainers.localstack", module)
+
+    def setenv(self, name: str, value: str) -> None:
+        """Set an environment variable for the rest of the page (the reader's
+        ``export``)."""
+        self._patch.setenv(name, value)
 
     def _track(self, queue: Tracked, messages: int) -> None:
         self.tracked.append(queue)
