@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from leasekeeper import LeaseManager, Message, ReceiveError, aio
+from leasekeeper import LeaseManager, Message, ReceiveError, WorkerStats, aio
 from leasekeeper.aio import AsyncWorker
 from leasekeeper.backends import memory as memory_module
 from leasekeeper.backends.memory import MemoryQueue
@@ -33,6 +33,10 @@ TIMING = {"visibility_timeout": 2.0, "timer_interval": 0.2, "minimal_life": 0.5}
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(asyncio.wait_for(coro, 120))
+
+
+# A run that handles no job for this long is hung (the long run's guard).
+STALLED_AFTER = 30.0
 
 
 def test_processes_everything_and_stops_when_idle() -> None:
@@ -270,10 +274,24 @@ def test_memory_stays_flat_over_a_long_run_of_short_jobs() -> None:
         if handled % 1000 == 0:
             samples.append((handled, traced_outside_the_queue()))
 
+    async def run_while_it_progresses() -> WorkerStats:
+        # A hang fails; slowness does not. 20,000 jobs under tracemalloc are CPU-bound
+        # work: beside two CPU hogs on a loaded two-core machine they outlasted the
+        # 120 s that ``run`` allows a whole run, while jobs were still being done.
+        task = asyncio.ensure_future(worker.run(until_idle=0.5))
+        seen = -1
+        while not task.done():
+            await asyncio.wait({task}, timeout=STALLED_AFTER)
+            if not task.done() and handled == seen:
+                task.cancel()
+                raise AssertionError(f"no job handled in {STALLED_AFTER:g} s: hung")
+            seen = handled
+        return task.result()
+
     worker = AsyncWorker(queue, handler, concurrency=16, wait_seconds=0.05, cancel_on_lost=True)
     tracemalloc.start()
     try:
-        stats = run(worker.run(until_idle=0.5))
+        stats = asyncio.run(run_while_it_progresses())
     finally:
         tracemalloc.stop()
     assert stats.completed == jobs and queue.deleted_count == jobs
