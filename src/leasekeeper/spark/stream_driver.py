@@ -218,7 +218,11 @@ class StreamDriver:
                 return first + 1  # asked again for the same start: the same batch
             waiting = any(leases for batch, leases in self._batches.items() if batch <= first)
         _, _, prefetcher = self._start()
-        leases = prefetcher.take(want)
+        # Spark commits the batch before this one only after this call returns: while
+        # one waits for its commit, waiting here to fill a batch would hold its deletes
+        # back (and, on a service whose receives cost more the more messages are in
+        # flight, slow every receive meanwhile). So take what is there.
+        leases = prefetcher.take(want, fill=not waiting)
         with self._lock:
             if leases:
                 self._batches[first + 1] = leases
