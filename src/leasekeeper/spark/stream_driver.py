@@ -18,7 +18,10 @@ and for each micro-batch
 1. ``latest_offset(start)`` takes up to ``max_messages_per_batch`` messages from
    the buffer: at once when it holds that many, else it waits while the
    prefetcher keeps bringing more, for at most ``fill_seconds`` (or until a
-   receive finds the queue empty), and names them batch ``start + 1``;
+   receive finds the queue empty), and names them batch ``start + 1``. While
+   an earlier batch awaits its commit (step 3), it waits for no more than the
+   buffer holds (or, empty, the round under way brings): that commit comes
+   only once this returns;
 2. ``plan(start, end)`` turns the batches in ``(start, end]`` into rows, split
    into ``partitions`` lists (executors only emit them); a lease already lost
    gives no row (its message comes back and is read again);
