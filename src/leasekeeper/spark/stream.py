@@ -79,8 +79,7 @@ def read_stream(
     ``receive_concurrency`` calls in flight, or one long poll of ``poll_seconds``
     while the queue is empty. Each micro-batch takes at most
     ``max_messages_per_batch`` of them, waiting at most ``fill_seconds`` for more
-    when fewer are there (only when no batch before it awaits its commit: that
-    one would wait too); it is split into ``partitions`` Spark partitions
+    when fewer are there; it is split into ``partitions`` Spark partitions
     (default: the session's default parallelism).
     ``log_level`` (e.g. "INFO") makes the reader's process log to stderr.
     Credentials come from the *driver's* environment: the reader's process runs

@@ -18,10 +18,7 @@ and for each micro-batch
 1. ``latest_offset(start)`` takes up to ``max_messages_per_batch`` messages from
    the buffer: at once when it holds that many, else it waits while the
    prefetcher keeps bringing more, for at most ``fill_seconds`` (or until a
-   receive finds the queue empty), and names them batch ``start + 1``. While
-   an earlier batch awaits its commit (step 3), it waits for no more than the
-   buffer holds (or, empty, the round under way brings): that commit comes
-   only once this returns;
+   receive finds the queue empty), and names them batch ``start + 1``;
 2. ``plan(start, end)`` turns the batches in ``(start, end]`` into rows, split
    into ``partitions`` lists (executors only emit them); a lease already lost
    gives no row (its message comes back and is read again);
@@ -221,11 +218,7 @@ class StreamDriver:
                 return first + 1  # asked again for the same start: the same batch
             waiting = any(leases for batch, leases in self._batches.items() if batch <= first)
         _, _, prefetcher = self._start()
-        # Spark commits the batch before this one only after this call returns: while
-        # one waits for its commit, waiting here to fill a batch would hold its deletes
-        # back (and, on a service whose receives cost more the more messages are in
-        # flight, slow every receive meanwhile). So take what is there.
-        leases = prefetcher.take(want, fill=not waiting)
+        leases = prefetcher.take(want)
         with self._lock:
             if leases:
                 self._batches[first + 1] = leases

@@ -19,7 +19,6 @@ partitions                  1          Spark partitions a micro-batch is split i
 receive_concurrency         8          receive calls in flight while filling a batch
 poll_seconds                1          long poll of an empty queue, per latestOffset
 fill_seconds                2          most time a micro-batch waits to fill up
-                                       (none while the one before awaits its commit)
 prefetch                    (max_m.)   messages received and leased ahead, while
                                        Spark runs the batches before (0: none)
 log_level                   (unset)    e.g. INFO: the reader process logs

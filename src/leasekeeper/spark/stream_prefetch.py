@@ -76,7 +76,6 @@ class Prefetcher:
         self._demand = 0  # what a take() under way asks for (room beyond `ahead`)
         self._receiving = 0  # receive calls under way
         self._empty_at = -math.inf  # when the last round that found nothing ended
-        self._round_at = -math.inf  # when the last round ended, whatever it brought
         self._failing = False  # the last round's receives all failed
         self._failure: ReceiveError | None = None  # fatal: the query fails at take()
         self._cutoff: float | None = None  # Trigger.AvailableNow: the run's start
@@ -102,16 +101,13 @@ class Prefetcher:
         with self._lock:
             return self._exhausted and not self._ready
 
-    def take(self, want: int, *, fill: bool = True) -> list[Lease]:
+    def take(self, want: int) -> list[Lease]:
         """The next batch: up to ``want`` leased messages from the buffer, at once if it
         holds that many; else waiting while receives keep bringing more, for at most
         ``fill_seconds`` once there is one (a first one is waited for one long poll,
         or while receives fail, ``FAILING_WAIT``), or until a receive finds the
-        queue empty. With ``fill=False`` (an earlier batch awaits its commit, which
-        Spark makes only once this call returns) it takes what the buffer holds at
-        once, or, when it holds nothing, what the round under way brings. Leases
-        lost while buffered are left out (their messages come back). Raises the
-        ReceiveError that stopped the receiving."""
+        queue empty. Leases lost while buffered are left out (their messages come
+        back). Raises the ReceiveError that stopped the receiving."""
         self._start()
         begun = time.monotonic()
         options = self.options
@@ -127,8 +123,6 @@ class Prefetcher:
                     if have >= want or self._stopping or self._exhausted:
                         break
                     if self._empty_at >= begun:  # a receive found nothing since we began
-                        break
-                    if not fill and (have or self._round_at >= begun):
                         break
                     now = time.monotonic()
                     if have:
@@ -207,7 +201,6 @@ class Prefetcher:
                 with self._changed:
                     self._ready += got
                     self._failing = failed and not got
-                    self._round_at = time.monotonic()
                     if not got and not failed:
                         self._empty_at = time.monotonic()
                     cutoff = self._cutoff
@@ -243,18 +236,12 @@ class Prefetcher:
     def _round(self, room: int, empty: bool) -> tuple[list[Lease], bool]:
         """One long poll when the queue looked empty, else up to receive_concurrency
         receives at once. Returns the leases and whether any receive failed."""
-        per_call = self._per_call
-        if self.ahead:
-            # Whole receives: a receive for the last few of the room costs a round trip
-            # (and on some services nearly the work) of a full one; the buffer may
-            # hold up to per_call - 1 more than `ahead` for it.
-            room = math.ceil(room / per_call) * per_call
         if empty:
-            sizes = [min(per_call, room)]
+            sizes = [min(self._per_call, room)]
             wait = self.options.poll_seconds
         else:
-            calls = min(self.options.receive_concurrency, math.ceil(room / per_call))
-            sizes = [min(per_call, room - i * per_call) for i in range(calls)]
+            calls = min(self.options.receive_concurrency, math.ceil(room / self._per_call))
+            sizes = [min(self._per_call, room - i * self._per_call) for i in range(calls)]
             wait = 0.0
         if len(sizes) == 1:
             pages = [self._receive(sizes[0], wait)]
