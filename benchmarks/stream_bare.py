@@ -1,0 +1,129 @@
+"""``read_stream`` against a bare boto3 loop on one local Spark session, A/B-ready.
+
+``python -m benchmarks.stream_bare [--rounds N] [--backlog N] [--json PATH]``
+
+Measure 12's "against the bare loop" row for the stream without the standalone
+cluster (the reader runs in the driver's process either way; executors only
+emit its rows): moto's server with its journal (``benchmarks/moto_journal.py``),
+one ``local[2]`` session, a warm-up query, then N interleaved rounds of a bare
+loop (receive 10, delete them in one batch call) and ``read_stream`` (one
+receive at a time, batches of up to 50, ``Trigger.AvailableNow``, a Parquet
+sink), each on a fresh queue of the same backlog. Rates are measure 12's
+``steady`` (``bench_cluster.work``); each round prints the ratio of the two,
+measured in the same run, and where the stream's time went: per micro-batch,
+Spark's own timings (``latestOffset``: the reader's wait for a batch;
+``walCommit``: the offset log and the commit of the batch before, its deletes;
+``addBatch``: the batch's job), and from the journal the messages the reader
+held (received, not yet deleted) and moto's mean time per ReceiveMessage.
+
+To compare two versions of ``leasekeeper``, run this once per version,
+alternated, with ``PYTHONPATH`` naming the other version's ``src`` first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench_cluster import CONFIG, STREAM_BATCH, bare_loop, queue, source, work
+from benchmarks.bench_stream import depth, spark_session
+from benchmarks.common import MOTO_ENV, sqs_client
+from benchmarks.moto_journal import Request, journaled_moto, mark, read
+
+
+def held(requests: list[Request]) -> tuple[float, int]:
+    """Mean and most messages held (received, not deleted), request by request."""
+    received = deleted = 0
+    counts = []
+    for request in sorted(requests, key=lambda r: r.ended):
+        if request.action == "ReceiveMessage":
+            received += request.messages
+        elif request.action.startswith("DeleteMessage"):
+            deleted += request.messages
+        counts.append(received - deleted)
+    return (sum(counts) / len(counts), max(counts)) if counts else (0.0, 0)
+
+
+def stream(
+    spark: Any, client: Any, endpoint: str, journal: Path, where: Path, *, count: int
+) -> Any:
+    from leasekeeper.spark import read_stream
+
+    url = queue(client, f"stream-{time.monotonic_ns()}", count)
+    out = where / f"stream-{time.monotonic_ns()}"
+    frame = read_stream(
+        spark,
+        source(url, endpoint),
+        config=CONFIG,
+        partitions=2,
+        receive_concurrency=1,  # moto's ReceiveMessage takes no lock: one at a time
+        max_messages_per_batch=STREAM_BATCH,
+    )
+    begin = mark(journal)
+    query = (
+        frame.select("id", "received_at")
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(out / "_checkpoint"))
+        .trigger(availableNow=True)
+        .start(str(out / "sink"))
+    )
+    query.awaitTermination()
+    requests = read(journal, begin)
+    figures = work(requests, count)
+    ids = {row["id"] for row in spark.read.parquet(str(out / "sink")).select("id").collect()}
+    figures.update(
+        completed=len(ids),
+        left=depth(client, url),
+        held=held(requests),
+        batches=[
+            (p["numInputRows"], {k: v for k, v in p["durationMs"].items() if v})
+            for p in query.recentProgress
+        ],
+    )
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.stream_bare", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--backlog", type=int, default=400)
+    parser.add_argument("--json", type=Path, help="write every round's figures there")
+    args = parser.parse_args()
+    import leasekeeper
+
+    print(f"leasekeeper from {Path(leasekeeper.__file__).parent}", flush=True)
+    os.environ.update(MOTO_ENV)
+    where = Path(tempfile.mkdtemp(prefix="leasekeeper-bench-stream-bare-"))
+    journal = where / "moto-journal.txt"
+    rounds = []
+    with journaled_moto(journal) as endpoint, spark_session() as spark:
+        client = sqs_client(endpoint)
+        stream(spark, client, endpoint, journal, where, count=20)  # warm-up
+        for n in range(args.rounds):
+            bare = bare_loop(client, args.backlog, journal)
+            streamed = stream(spark, client, endpoint, journal, where, count=args.backlog)
+            share = streamed["steady"] / bare["steady"]
+            rounds.append({"bare": bare, "stream": streamed, "ratio": share})
+            print(
+                f"round {n + 1}: read_stream {streamed['steady']:.1f} msg/s steady "
+                f"({len(streamed['batches'])} batches, held {streamed['held'][0]:.0f} on "
+                f"average, at most {streamed['held'][1]}; "
+                f"{streamed['receive_seconds'] * 1000:.0f} ms a ReceiveMessage; "
+                f"{streamed['completed']}/{args.backlog} in the sink, {streamed['left']} left) "
+                f"/ bare loop {bare['steady']:.1f} msg/s "
+                f"({bare['receive_seconds'] * 1000:.0f} ms a ReceiveMessage) = {share:.2f}x",
+                flush=True,
+            )
+            for rows, durations in streamed["batches"]:
+                print(f"    batch of {rows}: {durations}", flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rounds, default=str, indent=1))
+
+
+if __name__ == "__main__":
+    main()
