@@ -76,9 +76,11 @@ class RemoteWatchLease(RemoteLease, WatchLease):
 class ProcessRenewer:
     """Leases renewed by a child process of this one (see the module docstring).
 
-    ``ProcessRenewer(backend, config=None, *, clock=None, **config_fields)``: the
-    renewer process builds its own backend from ``backend.spec()`` (credentials from
-    the environment it inherits) and runs a ``ThreadRenewer`` there.
+    ``ProcessRenewer(backend, config=None, *, clock=None, queues=(), **config_fields)``:
+    the renewer process builds its own backend from ``backend.spec()`` (credentials
+    from the environment it inherits) and runs a ``ThreadRenewer`` there. ``queues``:
+    more backends whose messages it renews too (a multi-queue worker's); the renewer
+    process builds each from its spec, and an ``add`` names its lease's queue by index.
     """
 
     name = "process"
@@ -89,6 +91,7 @@ class ProcessRenewer:
         config: LeaseConfig | None = None,
         *,
         clock: Clock | None = None,
+        queues: Sequence[Backend] = (),
         **config_fields: Any,
     ) -> None:
         config = LeaseConfig.from_fields(config, config_fields)
@@ -102,12 +105,28 @@ class ProcessRenewer:
                 f"{backend!r} has none"
             )
         self.backend = backend
+        #: Every queue it renews, ``backend`` first; an add names one by its index.
+        self.backends: tuple[Backend, ...] = (
+            backend,
+            *(queue for queue in queues if queue is not backend),
+        )
+        self._queue_index = {id(other): index for index, other in enumerate(self.backends)}
+        more_specs = []
+        for other in self.backends[1:]:
+            more_spec = getattr(other, "spec", None)
+            if more_spec is None:
+                raise ConfigError(
+                    f"renewer='process' needs backends with spec() (SQS, MNS, Azure); "
+                    f"{other!r} has none"
+                )
+            more_specs.append(more_spec())
         self._config = config
         self._clock = clock
         # Guards _leases, _by_message, _closed, _link, _maker and _book.
         self._registry_lock = threading.Lock()
         self._leases: dict[int, RemoteLease] = {}
-        self._by_message: dict[str, RemoteLease] = {}
+        # By (queue index, message id): ids of two queues may coincide (Redis streams).
+        self._by_message: dict[tuple[int, str], RemoteLease] = {}
         self._keys = itertools.count(1)
         self._closed = False
         self.observers: tuple[Observer, ...] = ()
@@ -117,7 +136,9 @@ class ProcessRenewer:
         self._notifier = Notifier()
         #: What a handler's failure does (``leasekeeper.failures``); the manager binds its own.
         self.failures = Failures(config, None)
-        self._maker = LinkMaker(backend, pickle.dumps((spec_of(), config)))
+        # The renewer process reads (spec, config) and, for more queues, their specs.
+        payload = (spec_of(), config, more_specs) if more_specs else (spec_of(), config)
+        self._maker = LinkMaker(self.backends, pickle.dumps(payload))
         self._link: RenewerLink | None = self._maker.start(self._apply, self._link_gone)
         _live.add(self)
 
@@ -226,10 +247,11 @@ class ProcessRenewer:
             ended = ended_ref()
             if isinstance(ended, RemoteLease) and ended.owner is self:
                 return ended  # its lease ended: the same lease, not a second one
-        if message.backend is not self.backend:
+        index = self._queue_index.get(id(message.backend))
+        if index is None or self.backends[index] is not message.backend:
             raise ConfigError(
-                f"a process renewer renews the messages of {self.backend!r} only, "
-                f"not of {message.backend!r}"
+                f"a process renewer renews the messages of {', '.join(map(repr, self.backends))} "
+                f"only, not of {message.backend!r}"
             )
         visible_until = message.visible_until
         if not math.isfinite(visible_until):
@@ -242,7 +264,7 @@ class ProcessRenewer:
         with self._registry_lock:
             if self._closed:
                 raise ManagerClosed("this LeaseManager is closed; it takes no new leases")
-            existing = self._by_message.get(message.id)
+            existing = self._by_message.get((index, message.id))
             if existing is not None:
                 if existing.message is message or existing.receipt == message.receipt:
                     return existing
@@ -255,7 +277,7 @@ class ProcessRenewer:
             lease.key = key = next(self._keys)
             lease.progress_told = now
             self._leases[key] = lease
-            self._by_message[message.id] = lease
+            self._by_message[index, message.id] = lease
         if superseded is not None:
             self._end(superseded, LeaseState.LOST, SUPERSEDED)
         self._send(
@@ -270,6 +292,7 @@ class ProcessRenewer:
                 message.hard_deadline,
                 message.receive_count,
                 watch,
+                index,
             )
         )
         return lease
@@ -393,8 +416,9 @@ class ProcessRenewer:
             lease.message.ended_lease = weakref.ref(lease)
             if self._leases.get(lease.key) is lease:
                 del self._leases[lease.key]
-            if self._by_message.get(lease.id) is lease:
-                del self._by_message[lease.id]
+            known = (self._queue_index.get(id(lease.message.backend), 0), lease.id)
+            if self._by_message.get(known) is lease:
+                del self._by_message[known]
         if signal or state in (LeaseState.LOST, LeaseState.ABANDONED):
             lease.signal()
         if state in (LeaseState.LOST, LeaseState.ABANDONED):
@@ -406,8 +430,9 @@ class ProcessRenewer:
 
     def get(self, message: Message) -> RemoteLease | None:
         with self._registry_lock:
-            lease = self._by_message.get(message.id)
-            return lease if lease is not None and message.backend is self.backend else None
+            index = self._queue_index.get(id(message.backend))
+            lease = None if index is None else self._by_message.get((index, message.id))
+            return lease if lease is not None and lease.message.backend is message.backend else None
 
     def leases(self) -> list[Lease]:
         with self._registry_lock:
@@ -437,8 +462,9 @@ class ProcessRenewer:
 
     def _forward_event(self, callback: str, args: tuple[Any, ...]) -> None:
         if callback == "on_call":
-            operation, entries, seconds, outcomes, error = args
-            event = CallEvent(operation, self.backend, entries, seconds, outcomes, error)
+            operation, entries, seconds, outcomes, error, *queue = args
+            backend = self.backends[queue[0]] if queue else self.backend
+            event = CallEvent(operation, backend, entries, seconds, outcomes, error)
             for observer in self.observers:
                 _tell(observer, "on_call", event)
             return
@@ -479,8 +505,8 @@ class LinkMaker:
     """Starts the renewer processes of one ``ProcessRenewer`` - and no more of them
     once one could not build its backend: another would fail the same way."""
 
-    def __init__(self, backend: Backend, payload: bytes) -> None:
-        self._backend = backend
+    def __init__(self, backends: Sequence[Backend], payload: bytes) -> None:
+        self._backends = backends
         self._payload = payload  # the pickled (spec, config)
         self._unbuildable: str | None = None  # why one could not build its backend
 
@@ -505,9 +531,13 @@ class LinkMaker:
             self._unbuildable = link.failure
 
     def _credentials_problem(self) -> str | None:
-        """What the renewer's backend would lack, asked of this one (no request)."""
-        backend = self._backend
-        return backend.credentials_problem() if isinstance(backend, CloudBackend) else None
+        """What the renewer's backends would lack, asked of these (no request)."""
+        for backend in self._backends:
+            if isinstance(backend, CloudBackend):
+                problem = backend.credentials_problem()
+                if problem is not None:
+                    return problem
+        return None
 
 
 class ProgressRelay:
