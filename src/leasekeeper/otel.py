@@ -20,6 +20,14 @@ docs/observability.md has the attributes of each and why. Given a ``Worker`` (or
 an ``AsyncWorker``), ``instrument(worker)`` also wraps each handler run in a ``process`` span (kind
 CONSUMER) and records ``messaging.process.duration``.
 
+Traces cross the queue: the ``process`` span continues the trace whose W3C context
+(``traceparent``, ``tracestate``, ``baggage``) the message's attributes carry, read
+through the globally configured propagator (``opentelemetry.propagate.extract``);
+the handler runs in that context, its baggage included. A producer that sends
+through leasekeeper puts the current context in a message's attributes with
+``inject(attributes)`` - or OpenTelemetry's own ``propagate.inject`` into the dict
+it sends.
+
 Without an SDK configured (no ``meter_provider``/``tracer_provider`` given and
 none set globally) every instrument is the API's no-op: instrumenting costs a few
 calls per backend call and records nothing.
@@ -36,7 +44,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 try:
-    from opentelemetry import metrics, trace
+    from opentelemetry import context, metrics, propagate, trace
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
         "leasekeeper.otel needs the OpenTelemetry API: pip install 'leasekeeper[otel]'"
@@ -61,8 +69,10 @@ __all__ = [
     "backend_attributes",
     "destination_name",
     "error_type",
+    "inject",
     "instrument",
     "messaging_system",
+    "trace_context",
 ]
 
 SCOPE = "leasekeeper"
@@ -345,6 +355,27 @@ class _Recorder(Observer):
             self._i.lost.add(1, attributes)
 
 
+def inject(attributes: dict[str, str] | None = None) -> dict[str, str]:
+    """Add the current OpenTelemetry context (``traceparent``, ``tracestate``,
+    ``baggage``: whatever the globally configured propagator writes) to ``attributes``
+    and return it (a new dict when None): send it as the message's attributes,
+    ``backend.send(body, attributes=inject({...}))``, and an instrumented worker
+    processes the message in the sender's trace."""
+    carrier: dict[str, str] = {} if attributes is None else attributes
+    propagate.inject(carrier)
+    return carrier
+
+
+def trace_context(message: Message) -> context.Context:
+    """The context ``message``'s attributes carry (through the global propagator),
+    on top of the current one: the current context when they carry none."""
+    attributes = getattr(message, "attributes", None)
+    current = context.get_current()
+    if not attributes:
+        return current
+    return propagate.extract(attributes, context=current)
+
+
 def _process_span_name(attributes: Attributes) -> str:
     destination = attributes.get(DESTINATION)
     return f"process {destination}" if destination else "process"
@@ -476,6 +507,9 @@ def _process(
     attributes[OPERATION_NAME] = "process"
     attributes[OPERATION_TYPE] = "process"
     start = time.perf_counter()
+    # The producer's trace and baggage, carried in the message, for the span and the
+    # handler both (attached, not only passed to the span: baggage lives there).
+    token = context.attach(trace_context(message))
     try:
         with tracer.start_as_current_span(
             _process_span_name(attributes),
@@ -494,4 +528,5 @@ def _process(
                 span.set_attribute(ERROR_TYPE, "LeaseLost")
                 span.set_status(trace.Status(trace.StatusCode.ERROR, "lease lost while handling"))
     finally:
+        context.detach(token)
         histogram.record(time.perf_counter() - start, attributes)
