@@ -259,11 +259,12 @@ class _Instruments:
         return found
 
     def _observe_in_flight(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-        # Managers of one queue add up.
+        # Managers of one queue add up; a multi-queue worker's manager counts per queue.
         totals: dict[tuple[tuple[str, AttributeValue], ...], int] = {}
         for manager, attributes in self.live():
-            key = tuple(sorted(attributes.items()))
-            totals[key] = totals.get(key, 0) + manager.stats().in_flight
+            for each, count in _in_flight_by_queue(manager, attributes):
+                key = tuple(sorted(each.items()))
+                totals[key] = totals.get(key, 0) + count
         return [metrics.Observation(value, dict(key)) for key, value in totals.items()]
 
     def _observe_threshold(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
@@ -290,6 +291,20 @@ class _Instruments:
                 key = tuple(sorted({**attributes, QUANTILE: quantile}.items()))
                 worst[key] = max(worst.get(key, 0.0), getattr(stats, field + suffix))
         return [metrics.Observation(value, dict(key)) for key, value in worst.items()]
+
+
+def _in_flight_by_queue(
+    manager: LeaseManager, attributes: Attributes
+) -> list[tuple[Attributes, int]]:
+    """``manager``'s leases in flight, per queue (with each queue's attributes) when it
+    renews several, else in all (with ``attributes``)."""
+    queues = manager.queues
+    if len(queues) < 2:
+        return [(attributes, manager.stats().in_flight)]
+    counts: dict[int, int] = {}
+    for lease in manager.leases():
+        counts[id(lease.message.backend)] = counts.get(id(lease.message.backend), 0) + 1
+    return [(backend_attributes(queue), counts.get(id(queue), 0)) for queue in queues]
 
 
 # One set of instruments per meter provider (weakly: a provider dropped by its
@@ -402,6 +417,8 @@ class Instrumentation:
         self.attributes: Attributes = (
             {} if manager.backend is None else backend_attributes(manager.backend)
         )
+        if len(manager.queues) > 1:  # several queues: the manager's own figures name none
+            self.attributes.pop(DESTINATION, None)
         self._active = False
 
     @property

@@ -536,7 +536,8 @@ def _one_line(exc: BaseException) -> str:
 
 def metrics_server() -> Callable[..., Any]:
     """``leasekeeper.prometheus.serve_metrics``, which ``--metrics-port`` calls as
-    ``serve_metrics(manager, port, addr=...)`` once the worker's manager exists; whatever it
+    ``serve_metrics(worker, port, addr=...)`` once the worker exists (its manager's
+    metrics, and its figures per queue); whatever it
     returns is closed (``close()``, ``shutdown()`` or ``stop()``) when the worker stops."""
     try:
         module = importlib.import_module("leasekeeper.prometheus")
@@ -654,7 +655,7 @@ def _run(
     try:
         if serve_metrics is not None:
             try:
-                server = serve_metrics(worker.manager, args.metrics_port, addr=args.metrics_addr)
+                server = serve_metrics(worker, args.metrics_port, addr=args.metrics_addr)
             except Exception as exc:
                 return _fail(
                     f"cannot serve metrics on {args.metrics_addr}:{args.metrics_port}: "
