@@ -98,6 +98,8 @@ class Failures:
         self._announced = False
         # A multi-queue worker's queues' own policies, by id(backend) (add_queue).
         self._queues: dict[int, tuple[Backend, Failures]] = {}
+        #: How the announcement names the queue (a multi-queue worker's: its name).
+        self.queue_label = ""
 
     def add_queue(
         self, backend: Backend, dead_letter: Backend | None, max_receives: int | None
@@ -106,6 +108,7 @@ class Failures:
         ``dead_letter`` queue and ``max_receives`` (a multi-queue worker's, per queue).
         Returns it."""
         own = Failures(self._config, dead_letter, self._rng, max_receives=max_receives)
+        own.queue_label = f"{_queue_name(backend)}: "
         self._queues[id(backend)] = (backend, own)
         return own
 
@@ -254,7 +257,8 @@ class Failures:
             self._announced = True
         if self.dead_letter is not None:
             log.info(
-                "a message whose handler fails %d times goes to the dead-letter queue %r",
+                "%sa message whose handler fails %d times goes to the dead-letter queue %r",
+                self.queue_label,
                 self.max_receives,
                 self.dead_letter,
             )
@@ -262,15 +266,17 @@ class Failures:
         redrive = _redrive(source)
         if redrive is not None:
             log.info(
-                "the queue's redrive policy moves a message received %s times to %s",
+                "%sthe queue's redrive policy moves a message received %s times to %s",
+                self.queue_label,
                 redrive.get("maxReceiveCount", "?"),
                 redrive.get("deadLetterTargetArn", "its dead-letter queue"),
             )
             return
         log.warning(
-            "a message whose handler keeps failing is retried for ever (with growing "
+            "%sa message whose handler keeps failing is retried for ever (with growing "
             "delays): give max_receives and dead_letter (--max-receives, --dead-letter), "
-            "or the queue a redrive policy"
+            "or the queue a redrive policy",
+            self.queue_label,
         )
 
 
