@@ -41,7 +41,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 try:
     from opentelemetry import context, metrics, propagate, trace
@@ -50,6 +50,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         "leasekeeper.otel needs the OpenTelemetry API: pip install 'leasekeeper[otel]'"
     ) from exc
 
+from leasekeeper._continuation import send_with_attributes
 from leasekeeper.aio.worker import AsyncWorker
 from leasekeeper.backends.base import ForwardingBackend, Message
 from leasekeeper.lease import LeaseState
@@ -72,6 +73,7 @@ __all__ = [
     "inject",
     "instrument",
     "messaging_system",
+    "send",
     "trace_context",
 ]
 
@@ -379,6 +381,20 @@ def inject(attributes: dict[str, str] | None = None) -> dict[str, str]:
     carrier: dict[str, str] = {} if attributes is None else attributes
     propagate.inject(carrier)
     return carrier
+
+
+def send(
+    backend: object,
+    body: str | bytes,
+    attributes: Mapping[str, str] | None = None,
+    **options: Any,
+) -> str:
+    """Send ``body`` to ``backend`` with ``attributes`` and the current context
+    (``inject``), on any service: as message attributes where it carries them (SQS,
+    MNS, Redis Streams, MemoryQueue), else (Azure Storage queues) in an envelope that
+    the workers take off before the handler sees the message. Returns the message id;
+    ``options`` go to ``backend.send`` (``delay=``)."""
+    return send_with_attributes(backend, body, inject(dict(attributes or {})), **options)
 
 
 def trace_context(message: Message) -> context.Context:

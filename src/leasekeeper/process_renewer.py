@@ -77,11 +77,8 @@ class ProcessRenewer:
     """Leases renewed by a child process of this one (see the module docstring).
 
     ``ProcessRenewer(backend, config=None, *, clock=None, queues=(), **config_fields)``:
-    the renewer process builds its own backend from ``backend.spec()`` (credentials
-    from the environment it inherits) and runs a ``ThreadRenewer`` there. ``queues``:
-    more backends whose messages it renews too (a multi-queue worker's); the renewer
-    process builds each from its spec, and an ``add`` names its lease's queue by index.
-    """
+    the renewer process builds its own backend from ``backend.spec()`` (and ``queues``'
+    too: ``RenewedQueues``) and runs a ``ThreadRenewer`` there."""
 
     name = "process"
 
@@ -105,27 +102,12 @@ class ProcessRenewer:
                 f"{backend!r} has none"
             )
         self.backend = backend
-        #: Every queue it renews, ``backend`` first; an add names one by its index.
-        self.backends: tuple[Backend, ...] = (
-            backend,
-            *(queue for queue in queues if queue is not backend),
-        )
-        self._queue_index = {id(other): index for index, other in enumerate(self.backends)}
-        more_specs = []
-        for other in self.backends[1:]:
-            more_spec = getattr(other, "spec", None)
-            if more_spec is None:
-                raise ConfigError(
-                    f"renewer='process' needs backends with spec() (SQS, MNS, Azure); "
-                    f"{other!r} has none"
-                )
-            more_specs.append(more_spec())
+        self._queues = RenewedQueues(backend, queues)  # every queue it renews
         self._config = config
         self._clock = clock
         # Guards _leases, _by_message, _closed, _link, _maker and _book.
         self._registry_lock = threading.Lock()
         self._leases: dict[int, RemoteLease] = {}
-        # By (queue index, message id): ids of two queues may coincide (Redis streams).
         self._by_message: dict[tuple[int, str], RemoteLease] = {}
         self._keys = itertools.count(1)
         self._closed = False
@@ -136,9 +118,7 @@ class ProcessRenewer:
         self._notifier = Notifier()
         #: What a handler's failure does (``leasekeeper.failures``); the manager binds its own.
         self.failures = Failures(config, None)
-        # The renewer process reads (spec, config) and, for more queues, their specs.
-        payload = (spec_of(), config, more_specs) if more_specs else (spec_of(), config)
-        self._maker = LinkMaker(self.backends, pickle.dumps(payload))
+        self._maker = LinkMaker(self._queues.all, self._queues.payload(spec_of(), config))
         self._link: RenewerLink | None = self._maker.start(self._apply, self._link_gone)
         _live.add(self)
 
@@ -247,12 +227,7 @@ class ProcessRenewer:
             ended = ended_ref()
             if isinstance(ended, RemoteLease) and ended.owner is self:
                 return ended  # its lease ended: the same lease, not a second one
-        index = self._queue_index.get(id(message.backend))
-        if index is None or self.backends[index] is not message.backend:
-            raise ConfigError(
-                f"a process renewer renews the messages of {', '.join(map(repr, self.backends))} "
-                f"only, not of {message.backend!r}"
-            )
+        index = self._queues.require(message.backend)
         visible_until = message.visible_until
         if not math.isfinite(visible_until):
             raise ValueError(
@@ -416,7 +391,7 @@ class ProcessRenewer:
             lease.message.ended_lease = weakref.ref(lease)
             if self._leases.get(lease.key) is lease:
                 del self._leases[lease.key]
-            known = (self._queue_index.get(id(lease.message.backend), 0), lease.id)
+            known = (self._queues.index(lease.message.backend) or 0, lease.id)
             if self._by_message.get(known) is lease:
                 del self._by_message[known]
         if signal or state in (LeaseState.LOST, LeaseState.ABANDONED):
@@ -430,9 +405,8 @@ class ProcessRenewer:
 
     def get(self, message: Message) -> RemoteLease | None:
         with self._registry_lock:
-            index = self._queue_index.get(id(message.backend))
-            lease = None if index is None else self._by_message.get((index, message.id))
-            return lease if lease is not None and lease.message.backend is message.backend else None
+            index = self._queues.index(message.backend)
+            return None if index is None else self._by_message.get((index, message.id))
 
     def leases(self) -> list[Lease]:
         with self._registry_lock:
@@ -463,7 +437,7 @@ class ProcessRenewer:
     def _forward_event(self, callback: str, args: tuple[Any, ...]) -> None:
         if callback == "on_call":
             operation, entries, seconds, outcomes, error, *queue = args
-            backend = self.backends[queue[0]] if queue else self.backend
+            backend = self._queues.all[queue[0] if queue else 0]
             event = CallEvent(operation, backend, entries, seconds, outcomes, error)
             for observer in self.observers:
                 _tell(observer, "on_call", event)
@@ -499,6 +473,43 @@ class ProcessRenewer:
         link, self._link = self._link, None
         if link is not None:
             link.drop()
+
+
+class RenewedQueues:
+    """The queues a process renewer renews: ``backend`` first, then a multi-queue
+    worker's others. An ``add`` frame names its lease's queue by index; the renewer
+    process rebuilds each from its spec. Leases are found by (queue index, message
+    id): two queues' ids may coincide (Redis streams)."""
+
+    def __init__(self, backend: Backend, more: Sequence[Backend]) -> None:
+        self.all: tuple[Backend, ...] = (backend, *(q for q in more if q is not backend))
+        self._index = {id(each): index for index, each in enumerate(self.all)}
+        for each in self.all[1:]:
+            if getattr(each, "spec", None) is None:
+                raise ConfigError(
+                    f"renewer='process' needs backends with spec() (SQS, MNS, Azure); "
+                    f"{each!r} has none"
+                )
+
+    def index(self, backend: object) -> int | None:
+        """The index of ``backend`` (None: not one of these)."""
+        index = self._index.get(id(backend))
+        return index if index is not None and self.all[index] is backend else None
+
+    def require(self, backend: object) -> int:
+        """The index of ``backend``; ConfigError when it is not one of these."""
+        index = self.index(backend)
+        if index is None:
+            raise ConfigError(
+                f"a process renewer renews the messages of {', '.join(map(repr, self.all))} "
+                f"only, not of {backend!r}"
+            )
+        return index
+
+    def payload(self, spec: Any, config: LeaseConfig) -> bytes:
+        """What the renewer process reads: (spec, config) and, for more queues, theirs."""
+        more = [queue.spec() for queue in self.all[1:]]  # type: ignore[attr-defined]
+        return pickle.dumps((spec, config, more) if more else (spec, config))
 
 
 class LinkMaker:

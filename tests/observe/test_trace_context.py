@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from leasekeeper import Message, Worker
 from leasekeeper.aio import AsyncWorker
 from leasekeeper.backends.memory import MemoryQueue
-from leasekeeper.otel import inject, instrument
+from leasekeeper.otel import inject, instrument, send
 from tests.contract.conftest import made_subject
 
 
@@ -133,3 +133,35 @@ def test_a_multi_queue_worker_names_each_message_s_queue_in_its_span(
     worker.run(until_idle=0.5)
     names = sorted(s.name for s in process_spans(exporter))
     assert names == ["process bulk", "process urgent"]
+
+
+@pytest.mark.realtime
+@pytest.mark.parametrize("service", ["azure-azurite", "sqs-moto"])
+def test_otel_send_carries_the_context_where_a_service_has_no_attributes(
+    service: str,
+    request: pytest.FixtureRequest,
+    exporter: InMemorySpanExporter,
+    tracer_provider: TracerProvider,
+) -> None:
+    tracer = tracer_provider.get_tracer("producer")
+    seen: list[tuple[object, dict[str, str]]] = []
+    with made_subject(service, request) as subject:
+        backend: Any = subject.backend
+        with tracer.start_as_current_span("send") as span:
+            producer = span.get_span_context()
+            for n in range(3):
+                send(backend, f"order {n}", {"kind": "order"})
+
+        def handler(message: Message) -> None:
+            seen.append((message.body, dict(message.attributes)))
+
+        worker = Worker(backend, handler, wait_seconds=1, renewer="thread")
+        instrument(worker, tracer_provider=tracer_provider)
+        worker.run(until_idle=2)
+    # The handler sees the body as sent (an envelope, on Azure, taken off) and the
+    # attributes with the context beside its own.
+    assert sorted(body for body, _ in seen) == ["order 0", "order 1", "order 2"]
+    assert all(a["kind"] == "order" and "traceparent" in a for _, a in seen)
+    spans = process_spans(exporter)
+    assert len(spans) == 3
+    assert {s.context.trace_id for s in spans} == {producer.trace_id}
