@@ -84,6 +84,13 @@ class Worker:
     wait for more handlers to finish before a receive, so that one receive brings
     a fuller batch.
 
+    Several queues: ``Worker([urgent, bulk], handler, weights=[3, 1], ...)`` - one
+    pool of handler threads, one manager and renewer; each receive goes to one queue,
+    in proportion to the weights (an empty queue is short-polled and rests, so it
+    never holds the others up: ``leasekeeper._sources``); ``max_receives`` and
+    ``dead_letter`` may be lists in the queues' order; ``worker.stats.per_queue[name]``
+    has each queue's figures beside the totals. See docs/queues.md.
+
     ``worker.around_handler``, when set, wraps each ``handler(message)`` call
     (``leasekeeper.otel.instrument(worker)`` sets it to a tracing span).
 

@@ -84,7 +84,7 @@ class AsyncWorker:
     arguments of ``Worker``, with ``concurrency`` the number of handler coroutines
     at once. ``cancel_on_lost``: cancel a handler whose lease is lost (off by
     default: see ``leasekeeper.aio.held``). ``await worker.run()``. ``clock``: as
-    ``Worker``'s.
+    ``Worker``'s; several queues (a list, ``weights=``): as ``Worker``'s.
     """
 
     def __init__(
