@@ -28,7 +28,16 @@ from dataclasses import dataclass, field
 
 from leasekeeper.backends.base import Backend, ForwardingBackend
 
-__all__ = ["MAX_REST", "FIRST_REST", "QueueStats", "Source", "Sources", "queue_name"]
+__all__ = [
+    "FIRST_REST",
+    "MAX_REST",
+    "QueueStats",
+    "Source",
+    "Sources",
+    "WorkerStats",
+    "queue_name",
+    "unwrapped",
+]
 
 #: The longest an empty queue of a multi-queue worker is skipped (seconds).
 MAX_REST = 1.0
@@ -57,7 +66,8 @@ class WorkerStats(QueueStats):
     per_queue: dict[str, QueueStats] = field(default_factory=dict)
 
 
-def _unwrapped(backend: object) -> object:
+def unwrapped(backend: object) -> object:
+    """The backend a chain of ``ForwardingBackend`` wrappers ends at."""
     for _ in range(16):
         if not isinstance(backend, ForwardingBackend):
             break
@@ -68,7 +78,7 @@ def _unwrapped(backend: object) -> object:
 def queue_name(backend: object) -> str | None:
     """The queue's name where the backend knows it (``queue_name``; the last part of
     an SQS ``queue_url``; a MemoryQueue's ``name``), through any wrappers."""
-    inner = _unwrapped(backend)
+    inner = unwrapped(backend)
     name = getattr(inner, "queue_name", None)
     if isinstance(name, str) and name:
         return name

@@ -51,8 +51,9 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     ) from exc
 
 from leasekeeper._continuation import send_with_attributes
+from leasekeeper._sources import queue_name, unwrapped
 from leasekeeper.aio.worker import AsyncWorker
-from leasekeeper.backends.base import ForwardingBackend, Message
+from leasekeeper.backends.base import Message
 from leasekeeper.lease import LeaseState
 from leasekeeper.manager import LeaseManager
 from leasekeeper.observers import CallEvent, Observer
@@ -125,15 +126,6 @@ def error_type(event: CallEvent) -> str | None:
     return None
 
 
-def _unwrapped(backend: object) -> object:
-    """The backend a chain of ``ForwardingBackend`` wrappers ends at."""
-    for _ in range(16):
-        if not isinstance(backend, ForwardingBackend):
-            break
-        backend = backend.inner
-    return backend
-
-
 def messaging_system(backend: object) -> str:
     """``messaging.system`` for ``backend``: its own ``messaging_system`` attribute when
     it has one (a backend of your own may set it), else the value in ``SYSTEMS`` for
@@ -141,7 +133,7 @@ def messaging_system(backend: object) -> str:
     own = getattr(backend, "messaging_system", None)
     if isinstance(own, str) and own:
         return own
-    inner = _unwrapped(backend)
+    inner = unwrapped(backend)
     for cls in type(inner).__mro__:
         system = SYSTEMS.get(cls.__module__)
         if system is not None:
@@ -152,17 +144,7 @@ def messaging_system(backend: object) -> str:
 def destination_name(backend: object) -> str | None:
     """``messaging.destination.name``: the queue's name where the backend knows it
     (``queue_name``; the last part of an SQS ``queue_url``; a MemoryQueue's ``name``)."""
-    inner = _unwrapped(backend)
-    name = getattr(inner, "queue_name", None)
-    if isinstance(name, str) and name:
-        return name
-    url = getattr(inner, "queue_url", None)
-    if isinstance(url, str) and url.rstrip("/"):
-        return url.rstrip("/").rsplit("/", 1)[-1]
-    name = getattr(inner, "name", None)
-    if isinstance(name, str) and name:
-        return name
-    return None
+    return queue_name(backend)
 
 
 def backend_attributes(backend: object) -> Attributes:
