@@ -27,6 +27,7 @@ __all__ = [
     "flag",
     "in_flag_terms",
     "number",
+    "weights",
 ]
 
 
@@ -54,6 +55,16 @@ def number(
 
     parse.__name__ = kind.__name__  # argparse names the type in some messages
     return parse
+
+
+def weights(text: str) -> list[int]:
+    """An argparse type: ``--weights 3,1``, integers >= 1 separated by commas."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() and int(part) >= 1 for part in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected integers >= 1 separated by commas (3,1), got {text!r}"
+        )
+    return [int(part) for part in parts]
 
 
 def flag(field: str) -> str:

@@ -12,6 +12,11 @@ place, before any handler sees it - the receive paths of ``LeaseManager``,
 ``Worker`` and ``AsyncWorker`` and the ``with`` scopes call it - and remembers
 what it carried.
 
+The same envelope, without a lineage, carries the attributes of a message sent to a
+service that has none (``send_with_attributes``: Azure Storage queues), such as the
+trace context ``leasekeeper.otel`` sends: its first line is ``ATTRIBUTES_MARK``, and
+``unwrap`` takes it off the same way, giving the message those attributes.
+
 A FIFO continuation is sent in the original's message group, so the group's order
 holds. The continuation is sent before the original is deleted (``lease.py``,
 ``settle_rollover``): a crash in between leaves both, and a handler can tell the
@@ -37,6 +42,9 @@ ATTRIBUTE = "leasekeeper-continuation"
 #: The first line of an envelope.
 MARK = "leasekeeper-continuation/1\n"
 _MARK_BYTES = MARK.encode()
+#: The first line of an envelope that carries attributes only.
+ATTRIBUTES_MARK = "leasekeeper-attributes/1\n"
+_ATTRIBUTES_MARK_BYTES = ATTRIBUTES_MARK.encode()
 
 # Messages whose envelope was taken off, and what it carried. Weak: a message
 # forgotten by everyone takes its entry with it.
@@ -108,6 +116,8 @@ def unwrap(message: Message) -> Message:
     if not isinstance(message, Message):
         return message
     body = message.body
+    if _unwrap_attributes(message):
+        return message
     if isinstance(body, str):
         if not body.startswith(MARK):
             return message
@@ -129,6 +139,48 @@ def unwrap(message: Message) -> Message:
         setattr(message, "attributes", MappingProxyType(attributes))  # noqa: B010
     _unwrapped[message] = lineage
     return message
+
+
+def _unwrap_attributes(message: Message) -> bool:
+    """Take an attributes envelope off ``message`` in place; False when it has none."""
+    body = message.body
+    if isinstance(body, str) and body.startswith(ATTRIBUTES_MARK):
+        header, _, rest = body[len(ATTRIBUTES_MARK) :].partition("\n")
+        inner: str | bytes = rest
+    elif isinstance(body, bytes) and body.startswith(_ATTRIBUTES_MARK_BYTES):
+        raw_header, _, inner = body[len(_ATTRIBUTES_MARK_BYTES) :].partition(b"\n")
+        header = raw_header.decode("utf-8", "replace")
+    else:
+        return False
+    try:
+        fields = json.loads(header)
+        attributes = {str(k): str(v) for k, v in fields["attributes"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        log.warning("message %r has an unreadable attributes envelope", message.id)
+        return False
+    message.body = inner
+    setattr(message, "attributes", MappingProxyType(attributes))  # noqa: B010
+    return True
+
+
+def send_with_attributes(
+    backend: object, body: str | bytes, attributes: Mapping[str, str], **options: Any
+) -> str:
+    """Send ``body`` with ``attributes`` to ``backend``: as the message's attributes
+    where the service carries them, else in an envelope that the workers (and
+    ``LeaseManager.receive``) take off before a handler sees the message."""
+    send = getattr(backend, "send", None)
+    if not callable(send):
+        raise LeaseError(f"{backend!r} has no send()")
+    if getattr(backend, "carries_attributes", False) or not attributes:
+        return str(send(body, dict(attributes) or None, **options))
+    header = json.dumps({"attributes": dict(attributes)}, separators=(",", ":"))
+    wrapped: str | bytes = (
+        f"{ATTRIBUTES_MARK}{header}\n{body}"
+        if isinstance(body, str)
+        else _ATTRIBUTES_MARK_BYTES + header.encode() + b"\n" + body
+    )
+    return str(send(wrapped, **options))
 
 
 def next_hop(message: Message, checkpoint: str | None) -> Carried:

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from leasekeeper._continuation import unwrap
+from leasekeeper._sources import QueueStats, Source, Sources, WorkerStats
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.decorator import undecorated
 from leasekeeper.errors import LeaseLost, LeaseTooShort, ManagerClosed, ReceiveError
+from leasekeeper.failures import resolve_dead_letter
 from leasekeeper.lease import Lease, LeaseState, settle_rollover
 from leasekeeper.manager import LeaseManager
 
@@ -35,27 +36,27 @@ log = logging.getLogger("leasekeeper.worker")
 DEFAULT_RENEWER: Literal["thread", "process", "auto"] = "auto"
 
 
-@dataclass
-class WorkerStats:
-    received: int = 0
-    completed: int = 0
-    failed: int = 0  # handler raised: message released
-    lost: int = 0  # lease lost while handling: nothing deleted
-    refused: int = 0  # received with too little invisibility left to lease
-    rolled_over: int = 0  # handed on as a continuation before the service's cap
-    dead_lettered: int = 0  # handler raised on the last try: sent to the dead-letter queue
+__all__ = ["DEFAULT_RENEWER", "Intake", "QueueStats", "WorkerStats", "backoff"]
+
+#: What a worker takes as its queues: a manager, a backend, or a list of backends.
+Queues = LeaseManager | Backend | Sequence[Backend]
+#: A dead-letter queue: a backend, a URL or a name beside the queue; per queue, a list.
+DeadLetter = Backend | str | None
 
 
 class Intake:
     """A worker's settings, manager and receive policy (see the module docstring).
 
     ``kind`` names the worker in error messages ("Worker", "AsyncWorker").
+    ``manager_or_backend`` may be a list of backends: a multi-queue worker
+    (``leasekeeper._sources``), with ``weights`` and, per queue, ``dead_letter`` and the
+    config field ``max_receives`` (a list in the queues' order, or one for all).
     """
 
     def __init__(
         self,
         kind: str,
-        manager_or_backend: LeaseManager | Backend,
+        manager_or_backend: Queues,
         handler: Callable[..., object],
         *,
         concurrency: int,
@@ -68,7 +69,8 @@ class Intake:
         gather: float,
         config_fields: dict[str, Any],
         clock: Clock | None = None,
-        dead_letter: Backend | str | None = None,
+        dead_letter: DeadLetter | Sequence[DeadLetter] = None,
+        weights: Sequence[int] | None = None,
     ) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {type(handler).__name__}")
@@ -97,7 +99,33 @@ class Intake:
             raise ValueError(f"prefetch must be None (auto) or an integer >= 0, got {prefetch!r}")
         if not 0 <= gather <= 1:
             raise ValueError(f"gather must be between 0 and 1 second, got {gather!r}")
-        if isinstance(manager_or_backend, LeaseManager):
+        backends: list[Backend] | None = None
+        if isinstance(manager_or_backend, Sequence) and not isinstance(manager_or_backend, str):
+            backends = list(manager_or_backend)
+            if not backends:
+                raise ValueError(f"{kind} needs at least one queue, got an empty list")
+            for queue in backends:
+                if not isinstance(queue, Backend):
+                    raise TypeError(
+                        f"{kind} takes a list of leasekeeper backends, got a "
+                        f"{type(queue).__qualname__} in it"
+                    )
+            if len({id(queue) for queue in backends}) != len(backends):
+                raise ValueError(f"{kind} got the same queue twice")
+        elif weights is not None:
+            raise TypeError(f"weights are for a {kind} of several queues (a list of backends)")
+        if backends is not None:
+            self.manager = _multi_queue_manager(
+                backends,
+                config=config,
+                renewer=renewer,
+                clock=clock,
+                dead_letter=dead_letter,
+                config_fields=config_fields,
+            )
+            self.backend: Backend = backends[0]
+            self.owns_manager = True
+        elif isinstance(manager_or_backend, LeaseManager):
             if (
                 config is not None
                 or config_fields
@@ -112,9 +140,11 @@ class Intake:
             if manager_or_backend.backend is None:
                 raise ValueError("the LeaseManager has no backend to receive from")
             self.manager = manager_or_backend
-            self.backend: Backend = manager_or_backend.backend
+            self.backend = manager_or_backend.backend
             self.owns_manager = False
         elif isinstance(manager_or_backend, Backend):
+            if not (dead_letter is None or isinstance(dead_letter, (str, Backend))):
+                raise TypeError(f"one queue takes one dead_letter, got {dead_letter!r}")
             self.backend = manager_or_backend
             self.manager = LeaseManager(
                 manager_or_backend,
@@ -130,16 +160,21 @@ class Intake:
                 f"{kind} needs a LeaseManager or a leasekeeper backend, got "
                 f"{type(manager_or_backend).__qualname__}"
             )
+        #: The queues it receives from, and which one the next receive goes to.
+        self.sources = Sources(backends or [self.backend], weights)
         self.concurrency = concurrency
-        # Within what one receive call of this service may ask for.
-        self.batch_size = min(batch_size, getattr(self.backend, "max_receive", batch_size))
-        self.wait_seconds = min(
-            float(wait_seconds), getattr(self.backend, "max_wait_seconds", float(wait_seconds))
-        )
+        # Within what one receive call of each service may ask for.
+        for queue in backends or [self.backend]:
+            batch_size = min(batch_size, getattr(queue, "max_receive", batch_size))
+            wait_seconds = min(
+                float(wait_seconds), getattr(queue, "max_wait_seconds", float(wait_seconds))
+            )
+        self.batch_size = batch_size
+        self.wait_seconds = float(wait_seconds)
         self.shutdown_timeout = float(shutdown_timeout)
         self.prefetch = prefetch
         self.gather = float(gather)
-        self.stats = WorkerStats()
+        self.stats = WorkerStats(per_queue={s.name: s.stats for s in self.sources.all})
         # Handler durations, smoothed: are handlers quick enough to prefetch for?
         self.duration: float | None = None
         self.failures = 0  # receive failures in a row
@@ -164,17 +199,61 @@ class Intake:
 
     # ------------------------------------------------------------------ receiving
 
+    @property
+    def backends(self) -> list[Backend]:
+        """The queues it receives from, in the order given."""
+        return [source.backend for source in self.sources.all]
+
     def receive(self, free: int) -> list[Message]:
-        """One receive call of up to ``free`` messages (blocks for its long poll)."""
-        messages = self.backend.receive(
-            max_messages=min(self.batch_size, free),
-            wait_seconds=self.wait_seconds,
-            visibility_timeout=self.manager.config.visibility_timeout,
-        )
+        """One receive call of up to ``free`` messages (blocks for its long poll), from
+        the queue whose turn it is (``Sources.pick``)."""
+        sources = self.sources
+        clock = self.manager.clock
+        now = clock.now()
+        source, may_wait = sources.pick(now)
+        wait = self.wait_seconds
+        if sources.several:
+            wait = sources.long_poll(source, now, wait) if may_wait else 0.0
+        try:
+            messages = source.backend.receive(
+                max_messages=min(self.batch_size, free),
+                wait_seconds=wait,
+                visibility_timeout=self.manager.config.visibility_timeout,
+            )
+        except Exception:
+            sources.answered(source, 0, clock.now())  # a failing queue rests too
+            raise
+        sources.answered(source, len(messages), clock.now())
         self.failures = 0
         for message in messages:
             unwrap(message)  # a continuation's envelope is not the handler's to see
         return messages
+
+    def next_receive(self, asked_at: float) -> float:
+        """After an empty answer to the receive sent at ``asked_at``: when to ask
+        again. One queue: once its wait is up (a short poll, a driven clock: the rest
+        of it). Several: as soon as one of them is awake."""
+        if self.sources.several:
+            return self.sources.next_receive(self.manager.clock.now())
+        return asked_at + self.wait_seconds
+
+    def source_of(self, lease: Lease) -> Source | None:
+        """The queue ``lease``'s message came from."""
+        return self.sources.of(lease.message.backend)
+
+    def received(self, messages: Sequence[Message], refused: Sequence[Message]) -> None:
+        """Count ``messages`` received, ``refused`` of them not leased, in total and
+        per queue."""
+        self.stats.received += len(messages)
+        self.stats.refused += len(refused)
+        for message in messages:
+            source = self.sources.of(message.backend)
+            if source is not None:
+                source.stats.received += 1
+        for message in refused:
+            source = self.sources.of(message.backend)
+            if source is not None:
+                source.stats.refused += 1
 
     def receive_failed(self, exc: Exception) -> float | None:
         """The pause before trying again after ``exc``, or None: stop (a fatal
@@ -203,17 +282,19 @@ class Intake:
             log.debug("the receive failure", exc_info=exc)
         return pause
 
-    def register_all(self, messages: list[Message]) -> tuple[list[tuple[Message, Lease]], int]:
+    def register_all(
+        self, messages: list[Message]
+    ) -> tuple[list[tuple[Message, Lease]], list[Message]]:
         """Lease ``messages`` (at receipt, not when a handler frees up); returns the
-        leased ones and how many were refused (too little invisibility left)."""
+        leased ones and the refused ones (too little invisibility left)."""
         leased: list[tuple[Message, Lease]] = []
-        refused = 0
+        refused: list[Message] = []
         for message in messages:
             try:
                 leased.append((message, self.manager.register(message)))
             except LeaseTooShort as exc:
                 log.warning("%s; leaving it to reappear", exc)
-                refused += 1
+                refused.append(message)
             except ManagerClosed:
                 break
         return leased, refused
@@ -260,18 +341,68 @@ class Intake:
             return "dead_lettered", None  # copied, then deleted, already
         return "failed", future
 
-    def count(self, outcome: str) -> None:
-        """Count a finished message."""
-        if outcome == "completed":
-            self.stats.completed += 1
-        elif outcome == "rolled_over":
-            self.stats.rolled_over += 1
-        elif outcome == "lost":
-            self.stats.lost += 1
-        elif outcome == "dead_lettered":
-            self.stats.dead_lettered += 1
-        else:
-            self.stats.failed += 1
+    def count(self, outcome: str, lease: Lease | None = None) -> None:
+        """Count a finished message (``lease``'s), in total and for its queue."""
+        source = None if lease is None else self.source_of(lease)
+        for stats in (self.stats,) if source is None else (self.stats, source.stats):
+            _count(stats, outcome)
+
+
+def _count(stats: QueueStats, outcome: str) -> None:
+    if outcome in ("completed", "rolled_over", "lost", "dead_lettered"):
+        setattr(stats, outcome, getattr(stats, outcome) + 1)
+    else:
+        stats.failed += 1
+
+
+def _per_queue(name: str, value: Any, count: int) -> list[Any]:
+    """``value`` for each of ``count`` queues: a list of ``count``, or one for all."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != count:
+            raise ValueError(
+                f"{name} has {len(value)} entries for {count} queues: give one a queue, "
+                "or one for all"
+            )
+        return list(value)
+    return [value] * count
+
+
+def _multi_queue_manager(
+    backends: list[Backend],
+    *,
+    config: LeaseConfig | None,
+    renewer: Literal["thread", "process", "auto"] | None,
+    clock: Clock | None,
+    dead_letter: DeadLetter | Sequence[DeadLetter],
+    config_fields: dict[str, Any],
+) -> LeaseManager:
+    """One manager (and renewer) for every queue of a multi-queue worker; each queue's
+    failures follow its own ``dead_letter`` and ``max_receives``."""
+    fields = dict(config_fields)
+    max_receives = _per_queue("max_receives", fields.pop("max_receives", None), len(backends))
+    dead_letters = _per_queue("dead_letter", dead_letter, len(backends))
+    for most in max_receives:
+        if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < 1):
+            raise ValueError(f"max_receives must be None or integers >= 1, got {most!r}")
+    manager = LeaseManager(
+        backends[0],
+        config,
+        renewer=renewer or DEFAULT_RENEWER,
+        clock=clock,
+        queues=backends,
+        **fields,
+    )
+    try:
+        for queue, target, most in zip(backends, dead_letters, max_receives, strict=True):
+            manager.failures.add_queue(
+                queue,
+                resolve_dead_letter(target, queue),
+                manager.config.max_receives if most is None else most,
+            )
+    except BaseException:
+        manager.close()
+        raise
+    return manager
 
 
 def backoff(failures: int) -> float:

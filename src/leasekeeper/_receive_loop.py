@@ -149,8 +149,9 @@ def receive_loop(
         elif until_idle is not None and now - idle_since >= until_idle:
             break
         # An empty answer that came before its wait was up (a short poll, a driven
-        # clock): wait the rest out rather than ask again at once.
-        rest = asked_at + intake.wait_seconds
+        # clock): wait the rest out rather than ask again at once - or, with several
+        # queues, until one of them is awake (an empty one rests a while).
+        rest = intake.next_receive(asked_at)
         if until_idle is not None and not state.running + state.unsettled:
             rest = min(rest, idle_since + until_idle)
         if now < rest:

@@ -46,7 +46,7 @@ from typing import Any
 
 from leasekeeper._record import LeaseRecord, LeaseState
 from leasekeeper._wire import encode_error, recv_frame, send_frame
-from leasekeeper.backends.base import Message
+from leasekeeper.backends.base import Backend, Message
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import LeaseError
 from leasekeeper.lease import Lease
@@ -140,8 +140,16 @@ class Forwarder(Observer):
     """Tells the worker what happened to its leases (and, when asked, every event),
     and forgets the keys of leases that ended."""
 
-    def __init__(self, outbox: Outbox, leases: dict[int, Lease], keys: dict[int, int]) -> None:
+    def __init__(
+        self,
+        outbox: Outbox,
+        leases: dict[int, Lease],
+        keys: dict[int, int],
+        queues: Sequence[object] = (),
+    ) -> None:
         self._outbox = outbox
+        # A multi-queue worker's queues, by id: a call event names its queue's index.
+        self._queue_index = {id(queue): index for index, queue in enumerate(queues)}
         self._leases = leases  # the worker's key -> lease
         self._keys = keys  # id(lease) -> the worker's key
         self.events = False  # forward on_call/on_lapse too (the worker has observers)
@@ -180,7 +188,15 @@ class Forwarder(Observer):
 
     def on_call(self, event: CallEvent) -> None:
         if self.events:
-            args = (event.operation, event.entries, event.seconds, event.outcomes, event.error)
+            args: tuple[Any, ...] = (
+                event.operation,
+                event.entries,
+                event.seconds,
+                event.outcomes,
+                event.error,
+            )
+            if len(self._queue_index) > 1:
+                args += (self._queue_index.get(id(event.backend), 0),)
             self._outbox.put(("event", "on_call", args))
 
     def on_lapse(self, lease: LeaseRecord, late: float) -> None:
@@ -192,13 +208,21 @@ class Forwarder(Observer):
 class ChildRenewer:
     """A thread-mode LeaseManager on the rebuilt backend, driven by the worker's frames."""
 
-    def __init__(self, conn: Connection, manager: LeaseManager, outbox: Outbox) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        manager: LeaseManager,
+        outbox: Outbox,
+        more_queues: Sequence[Backend] = (),
+    ) -> None:
         self._conn = conn
         self._manager = manager
         self._outbox = outbox
+        # The queues an add names by index: the manager's, then a multi-queue worker's.
+        self._queues: list[Backend] = [*manager.queues, *more_queues]
         self._leases: dict[int, Lease] = {}  # the worker's key -> lease
         self._keys: dict[int, int] = {}  # id(lease) -> key (the forwarder forgets ended ones)
-        self._forwarder = Forwarder(outbox, self._leases, self._keys)
+        self._forwarder = Forwarder(outbox, self._leases, self._keys, self._queues)
         manager.add_observer(self._forwarder)
         # Leader/follower: whichever serving thread holds this lock reads the next
         # frame, lets go, and does the request itself - no handoff to another thread
@@ -353,12 +377,13 @@ class ChildRenewer:
             hard_deadline,
             receive_count,
             watch,
+            *queue,
         ) = frame
         message = Message(
             id=message_id,
             body="",  # the renewer never needs the body: it stays in the worker
             receipt=receipt,
-            backend=self._manager.backend,  # type: ignore[arg-type]
+            backend=self._queues[queue[0] if queue else 0],
             received_at=received_at,
             visibility_timeout=visibility_timeout,
             receive_count=receive_count,
@@ -510,7 +535,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         watch.start()
         try:
-            spec, config = pickle.loads(payload)
+            spec, config, *more = pickle.loads(payload)
         except Exception as exc:
             send_frame(conn, ("failed", f"{type(exc).__name__}: {exc}"))
             return 1
@@ -521,6 +546,8 @@ def main(argv: Sequence[str]) -> int:
         watch.defer()
         try:
             manager = build_manager(spec, config)
+            # A multi-queue worker's other queues, each rebuilt from its spec.
+            more_queues = [other.build() for other in (more[0] if more else ())]
         except Exception as exc:
             # Type and text: a spec's build error says what is missing (an environment
             # variable, a credential) and, by the specs' design, holds no secret.
@@ -528,7 +555,7 @@ def main(argv: Sequence[str]) -> int:
                 send_frame(conn, ("failed", f"{type(exc).__name__}: {exc}"))
             return 1
         outbox = Outbox(conn)
-        renewer = ChildRenewer(conn, manager, outbox)
+        renewer = ChildRenewer(conn, manager, outbox, more_queues)
         if watch.resume():
             renewer.serve(watch, gone=True)
         else:

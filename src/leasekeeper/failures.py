@@ -102,7 +102,12 @@ class Failures:
     """The poison-message policy of one manager (see the module docstring)."""
 
     def __init__(
-        self, config: LeaseConfig, dead_letter: Backend | None, rng: random.Random | None = None
+        self,
+        config: LeaseConfig,
+        dead_letter: Backend | None,
+        rng: random.Random | None = None,
+        *,
+        max_receives: int | None = None,
     ) -> None:
         if dead_letter is not None and not callable(getattr(dead_letter, "send", None)):
             raise ConfigError(f"dead_letter {dead_letter!r} cannot take messages (no send())")
@@ -110,22 +115,57 @@ class Failures:
         self._config = config
         # The jitter of release delays: seeded (jitter_seed) for a replayable test.
         self._rng = rng if rng is not None else random.Random()
-        self.max_receives = config.max_receives
+        self.max_receives = config.max_receives if max_receives is None else max_receives
         if self.max_receives is None and dead_letter is not None:
             self.max_receives = DEFAULT_MAX_RECEIVES
-        self._lock = threading.Lock()  # guards dead_lettered, _announced and _redrives
-        self.dead_lettered = 0
+        self._lock = threading.Lock()  # guards _dead_lettered, _announced and _redrives
+        self._dead_lettered = 0
         self._announced = False
         # Each source queue's redrive policy, read once (id of the backend -> policy).
         self._redrives: dict[int, Mapping[str, Any] | None] = {}
+        # A multi-queue worker's queues' own policies, by id(backend) (add_queue).
+        self._queues: dict[int, tuple[Backend, Failures]] = {}
+        #: How the announcement names the queue (a multi-queue worker's: its name).
+        self.queue_label = ""
+
+    def add_queue(
+        self, backend: Backend, dead_letter: Backend | None, max_receives: int | None
+    ) -> Failures:
+        """Give the messages of ``backend`` a policy of their own: their
+        ``dead_letter`` queue and ``max_receives`` (a multi-queue worker's, per queue).
+        Returns it."""
+        own = Failures(self._config, dead_letter, self._rng, max_receives=max_receives)
+        own.queue_label = f"{_queue_name(backend)}: "
+        self._queues[id(backend)] = (backend, own)
+        return own
+
+    def _policy(self, lease: Lease) -> Failures:
+        """The policy of ``lease``'s queue: its own (``add_queue``), else this one."""
+        if self._queues:
+            backend = lease.message.backend
+            found = self._queues.get(id(backend))
+            if found is not None and found[0] is backend:
+                return found[1]
+        return self
+
+    @property
+    def dead_lettered(self) -> int:
+        """Messages sent to a dead-letter queue (every queue's, with ``add_queue``)."""
+        return self._dead_lettered + sum(own.dead_lettered for _, own in self._queues.values())
 
     def poisoned(self, lease: Lease) -> bool:
         """Has ``lease``'s message had its last try (received ``max_receives`` times)?"""
+        policy = self._policy(lease)
+        if policy is not self:
+            return policy.poisoned(lease)
         return self.max_receives is not None and lease.receive_count >= self.max_receives
 
     def fail(self, lease: Lease, error: BaseException | None, delay: float | None) -> None:
         """End ``lease`` whose handler failed with ``error``, now: dead-letter a poison
         message, release any other (after ``delay``, or the grown delay)."""
+        policy = self._policy(lease)
+        if policy is not self:
+            return policy.fail(lease, error, delay)
         if self.dead_letters(lease) and self.dead_letter_now(lease, error):
             return
         seconds = self.delay_for(lease, delay)
@@ -135,6 +175,9 @@ class Failures:
 
     def dead_letters(self, lease: Lease) -> bool:
         """Does a failure of ``lease`` now send its message to the dead-letter queue?"""
+        policy = self._policy(lease)
+        if policy is not self:
+            return policy.dead_letters(lease)
         return self.dead_letter is not None and self.poisoned(lease)
 
     def delay_for(self, lease: Lease, delay: float | None) -> float:
@@ -149,11 +192,14 @@ class Failures:
     ) -> bool:
         """Send ``lease``'s message to the dead-letter queue, then delete it. False
         when the send failed (the caller releases it as any failed message)."""
+        policy = self._policy(lease)
+        if policy is not self:
+            return policy.dead_letter_now(lease, error, traceback=traceback)
         if not self._copy(lease, error):
             return False
         lease.complete()  # only once the copy is in: a crash leaves a duplicate, not a loss
         with self._lock:
-            self.dead_lettered += 1
+            self._dead_lettered += 1
         log.warning(
             "handler failed for message %r (receive %d%s)%s; moved to the dead-letter queue %r",
             lease.id,
@@ -175,6 +221,9 @@ class Failures:
     ) -> None:
         """The one WARNING of a failure whose message was released (with ``error``'s
         traceback when nobody else will see it: a worker swallows it)."""
+        policy = self._policy(lease)
+        if policy is not self:
+            return policy.warn_released(lease, error, delay, traceback=traceback)
         tail = "; left to the queue's own redrive policy" if self.poisoned(lease) else ""
         log.warning(
             "handler failed for message %r (receive %d%s)%s; released: back in %.1fs%s",
@@ -248,13 +297,18 @@ class Failures:
         """Say once, when a worker or a receive loop starts, where failing messages
         end: the dead-letter queue, or the queue's own redrive policy. Nowhere is said
         at the first failure (``warn_released``), if one comes."""
+        found = self._queues.get(id(source))
+        if found is not None and found[0] is source:
+            found[1].announce(source)
+            return
         with self._lock:
             if self._announced:
                 return
             self._announced = True
         if self.dead_letter is not None:
             log.info(
-                "a message whose handler fails %d times goes to the dead-letter queue %r",
+                "%sa message whose handler fails %d times goes to the dead-letter queue %r",
+                self.queue_label,
                 self.max_receives,
                 self.dead_letter,
             )
@@ -262,7 +316,8 @@ class Failures:
         redrive = self._redrive_of(source)
         if redrive is not None:
             log.info(
-                "the queue's redrive policy moves a message received %s times to %s",
+                "%sthe queue's redrive policy moves a message received %s times to %s",
+                self.queue_label,
                 redrive.get("maxReceiveCount", "?"),
                 redrive.get("deadLetterTargetArn", "its dead-letter queue"),
             )

@@ -71,6 +71,10 @@ class LeaseManager:
     or a ``leasekeeper.Renewer`` you built (then give it the config and clock, not
     the manager).
 
+    ``queues``: the other queues whose messages it renews, beside ``backend`` (a
+    multi-queue worker's; only a renewer process needs to be told: it rebuilds every
+    one of them).
+
     ``dead_letter``: where poison messages go - a message received ``max_receives``
     times (a config field; 5 when only ``dead_letter`` is given) whose handler fails
     again is sent there, then deleted (see ``leasekeeper.failures``): a backend, a
@@ -94,6 +98,7 @@ class LeaseManager:
         executor: Executor | None = None,
         renewer: RenewerChoice | Renewer = "thread",
         dead_letter: Backend | str | None = None,
+        queues: Sequence[Backend] = (),
         **config_fields: Any,
     ) -> None:
         if isinstance(renewer, str):
@@ -119,10 +124,18 @@ class LeaseManager:
         self.backend = backend
         if backend is not None:
             check_backend(backend, self.config)
+        #: Every queue whose messages this manager is made to renew, ``backend``
+        #: first (a multi-queue worker's; a renewer process rebuilds each).
+        self.queues: tuple[Backend, ...] = tuple(
+            dict.fromkeys([*([] if backend is None else [backend]), *queues])
+        )
+        for queue in self.queues[1:]:
+            check_backend(queue, self.config)
         self.on_lost = on_lost
         self._renewer = make_renewer(
             renewer,
             backend=backend,
+            queues=self.queues,
             config=self.config,
             clock=clock,
             jitter_seed=jitter_seed,

@@ -20,6 +20,14 @@ docs/observability.md has the attributes of each and why. Given a ``Worker`` (or
 an ``AsyncWorker``), ``instrument(worker)`` also wraps each handler run in a ``process`` span (kind
 CONSUMER) and records ``messaging.process.duration``.
 
+Traces cross the queue: the ``process`` span continues the trace whose W3C context
+(``traceparent``, ``tracestate``, ``baggage``) the message's attributes carry, read
+through the globally configured propagator (``opentelemetry.propagate.extract``);
+the handler runs in that context, its baggage included. A producer that sends
+through leasekeeper puts the current context in a message's attributes with
+``inject(attributes)`` - or OpenTelemetry's own ``propagate.inject`` into the dict
+it sends.
+
 Without an SDK configured (no ``meter_provider``/``tracer_provider`` given and
 none set globally) every instrument is the API's no-op: instrumenting costs a few
 calls per backend call and records nothing.
@@ -33,17 +41,19 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 try:
-    from opentelemetry import metrics, trace
+    from opentelemetry import context, metrics, propagate, trace
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
         "leasekeeper.otel needs the OpenTelemetry API: pip install 'leasekeeper[otel]'"
     ) from exc
 
+from leasekeeper._continuation import send_with_attributes
+from leasekeeper._sources import queue_name, unwrapped
 from leasekeeper.aio.worker import AsyncWorker
-from leasekeeper.backends.base import ForwardingBackend, Message
+from leasekeeper.backends.base import Message
 from leasekeeper.lease import LeaseState
 from leasekeeper.manager import LeaseManager
 from leasekeeper.observers import CallEvent, Observer
@@ -61,8 +71,11 @@ __all__ = [
     "backend_attributes",
     "destination_name",
     "error_type",
+    "inject",
     "instrument",
     "messaging_system",
+    "send",
+    "trace_context",
 ]
 
 SCOPE = "leasekeeper"
@@ -113,15 +126,6 @@ def error_type(event: CallEvent) -> str | None:
     return None
 
 
-def _unwrapped(backend: object) -> object:
-    """The backend a chain of ``ForwardingBackend`` wrappers ends at."""
-    for _ in range(16):
-        if not isinstance(backend, ForwardingBackend):
-            break
-        backend = backend.inner
-    return backend
-
-
 def messaging_system(backend: object) -> str:
     """``messaging.system`` for ``backend``: its own ``messaging_system`` attribute when
     it has one (a backend of your own may set it), else the value in ``SYSTEMS`` for
@@ -129,7 +133,7 @@ def messaging_system(backend: object) -> str:
     own = getattr(backend, "messaging_system", None)
     if isinstance(own, str) and own:
         return own
-    inner = _unwrapped(backend)
+    inner = unwrapped(backend)
     for cls in type(inner).__mro__:
         system = SYSTEMS.get(cls.__module__)
         if system is not None:
@@ -140,17 +144,7 @@ def messaging_system(backend: object) -> str:
 def destination_name(backend: object) -> str | None:
     """``messaging.destination.name``: the queue's name where the backend knows it
     (``queue_name``; the last part of an SQS ``queue_url``; a MemoryQueue's ``name``)."""
-    inner = _unwrapped(backend)
-    name = getattr(inner, "queue_name", None)
-    if isinstance(name, str) and name:
-        return name
-    url = getattr(inner, "queue_url", None)
-    if isinstance(url, str) and url.rstrip("/"):
-        return url.rstrip("/").rsplit("/", 1)[-1]
-    name = getattr(inner, "name", None)
-    if isinstance(name, str) and name:
-        return name
-    return None
+    return queue_name(backend)
 
 
 def backend_attributes(backend: object) -> Attributes:
@@ -249,11 +243,12 @@ class _Instruments:
         return found
 
     def _observe_in_flight(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-        # Managers of one queue add up.
+        # Managers of one queue add up; a multi-queue worker's manager counts per queue.
         totals: dict[tuple[tuple[str, AttributeValue], ...], int] = {}
         for manager, attributes in self.live():
-            key = tuple(sorted(attributes.items()))
-            totals[key] = totals.get(key, 0) + manager.stats().in_flight
+            for each, count in _in_flight_by_queue(manager, attributes):
+                key = tuple(sorted(each.items()))
+                totals[key] = totals.get(key, 0) + count
         return [metrics.Observation(value, dict(key)) for key, value in totals.items()]
 
     def _observe_threshold(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
@@ -280,6 +275,20 @@ class _Instruments:
                 key = tuple(sorted({**attributes, QUANTILE: quantile}.items()))
                 worst[key] = max(worst.get(key, 0.0), getattr(stats, field + suffix))
         return [metrics.Observation(value, dict(key)) for key, value in worst.items()]
+
+
+def _in_flight_by_queue(
+    manager: LeaseManager, attributes: Attributes
+) -> list[tuple[Attributes, int]]:
+    """``manager``'s leases in flight, per queue (with each queue's attributes) when it
+    renews several, else in all (with ``attributes``)."""
+    queues = manager.queues
+    if len(queues) < 2:
+        return [(attributes, manager.stats().in_flight)]
+    counts: dict[int, int] = {}
+    for lease in manager.leases():
+        counts[id(lease.message.backend)] = counts.get(id(lease.message.backend), 0) + 1
+    return [(backend_attributes(queue), counts.get(id(queue), 0)) for queue in queues]
 
 
 # One set of instruments per meter provider (weakly: a provider dropped by its
@@ -345,6 +354,41 @@ class _Recorder(Observer):
             self._i.lost.add(1, attributes)
 
 
+def inject(attributes: dict[str, str] | None = None) -> dict[str, str]:
+    """Add the current OpenTelemetry context (``traceparent``, ``tracestate``,
+    ``baggage``: whatever the globally configured propagator writes) to ``attributes``
+    and return it (a new dict when None): send it as the message's attributes,
+    ``backend.send(body, attributes=inject({...}))``, and an instrumented worker
+    processes the message in the sender's trace."""
+    carrier: dict[str, str] = {} if attributes is None else attributes
+    propagate.inject(carrier)
+    return carrier
+
+
+def send(
+    backend: object,
+    body: str | bytes,
+    attributes: Mapping[str, str] | None = None,
+    **options: Any,
+) -> str:
+    """Send ``body`` to ``backend`` with ``attributes`` and the current context
+    (``inject``), on any service: as message attributes where it carries them (SQS,
+    MNS, Redis Streams, MemoryQueue), else (Azure Storage queues) in an envelope that
+    the workers take off before the handler sees the message. Returns the message id;
+    ``options`` go to ``backend.send`` (``delay=``)."""
+    return send_with_attributes(backend, body, inject(dict(attributes or {})), **options)
+
+
+def trace_context(message: Message) -> context.Context:
+    """The context ``message``'s attributes carry (through the global propagator),
+    on top of the current one: the current context when they carry none."""
+    attributes = getattr(message, "attributes", None)
+    current = context.get_current()
+    if not attributes:
+        return current
+    return propagate.extract(attributes, context=current)
+
+
 def _process_span_name(attributes: Attributes) -> str:
     destination = attributes.get(DESTINATION)
     return f"process {destination}" if destination else "process"
@@ -371,6 +415,8 @@ class Instrumentation:
         self.attributes: Attributes = (
             {} if manager.backend is None else backend_attributes(manager.backend)
         )
+        if len(manager.queues) > 1:  # several queues: the manager's own figures name none
+            self.attributes.pop(DESTINATION, None)
         self._active = False
 
     @property
@@ -476,6 +522,9 @@ def _process(
     attributes[OPERATION_NAME] = "process"
     attributes[OPERATION_TYPE] = "process"
     start = time.perf_counter()
+    # The producer's trace and baggage, carried in the message, for the span and the
+    # handler both (attached, not only passed to the span: baggage lives there).
+    token = context.attach(trace_context(message))
     try:
         with tracer.start_as_current_span(
             _process_span_name(attributes),
@@ -494,4 +543,5 @@ def _process(
                 span.set_attribute(ERROR_TYPE, "LeaseLost")
                 span.set_status(trace.Status(trace.StatusCode.ERROR, "lease lost while handling"))
     finally:
+        context.detach(token)
         histogram.record(time.perf_counter() - start, attributes)

@@ -76,10 +76,9 @@ class RemoteWatchLease(RemoteLease, WatchLease):
 class ProcessRenewer:
     """Leases renewed by a child process of this one (see the module docstring).
 
-    ``ProcessRenewer(backend, config=None, *, clock=None, **config_fields)``: the
-    renewer process builds its own backend from ``backend.spec()`` (credentials from
-    the environment it inherits) and runs a ``ThreadRenewer`` there.
-    """
+    ``ProcessRenewer(backend, config=None, *, clock=None, queues=(), **config_fields)``:
+    the renewer process builds its own backend from ``backend.spec()`` (and ``queues``'
+    too: ``RenewedQueues``) and runs a ``ThreadRenewer`` there."""
 
     name = "process"
 
@@ -89,6 +88,7 @@ class ProcessRenewer:
         config: LeaseConfig | None = None,
         *,
         clock: Clock | None = None,
+        queues: Sequence[Backend] = (),
         **config_fields: Any,
     ) -> None:
         config = LeaseConfig.from_fields(config, config_fields)
@@ -102,12 +102,13 @@ class ProcessRenewer:
                 f"{backend!r} has none"
             )
         self.backend = backend
+        self._queues = RenewedQueues(backend, queues)  # every queue it renews
         self._config = config
         self._clock = clock
         # Guards _leases, _by_message, _closed, _link, _maker and _book.
         self._registry_lock = threading.Lock()
         self._leases: dict[int, RemoteLease] = {}
-        self._by_message: dict[str, RemoteLease] = {}
+        self._by_message: dict[tuple[int, str], RemoteLease] = {}
         self._keys = itertools.count(1)
         self._closed = False
         self.observers: tuple[Observer, ...] = ()
@@ -117,7 +118,7 @@ class ProcessRenewer:
         self._notifier = Notifier()
         #: What a handler's failure does (``leasekeeper.failures``); the manager binds its own.
         self.failures = Failures(config, None)
-        self._maker = LinkMaker(backend, pickle.dumps((spec_of(), config)))
+        self._maker = LinkMaker(self._queues.all, self._queues.payload(spec_of(), config))
         self._link: RenewerLink | None = self._maker.start(self._apply, self._link_gone)
         _live.add(self)
 
@@ -226,11 +227,7 @@ class ProcessRenewer:
             ended = ended_ref()
             if isinstance(ended, RemoteLease) and ended.owner is self:
                 return ended  # its lease ended: the same lease, not a second one
-        if message.backend is not self.backend:
-            raise ConfigError(
-                f"a process renewer renews the messages of {self.backend!r} only, "
-                f"not of {message.backend!r}"
-            )
+        index = self._queues.require(message.backend)
         visible_until = message.visible_until
         if not math.isfinite(visible_until):
             raise ValueError(
@@ -242,7 +239,7 @@ class ProcessRenewer:
         with self._registry_lock:
             if self._closed:
                 raise ManagerClosed("this LeaseManager is closed; it takes no new leases")
-            existing = self._by_message.get(message.id)
+            existing = self._by_message.get((index, message.id))
             if existing is not None:
                 if existing.message is message or existing.receipt == message.receipt:
                     return existing
@@ -255,7 +252,7 @@ class ProcessRenewer:
             lease.key = key = next(self._keys)
             lease.progress_told = now
             self._leases[key] = lease
-            self._by_message[message.id] = lease
+            self._by_message[index, message.id] = lease
         if superseded is not None:
             self._end(superseded, LeaseState.LOST, SUPERSEDED)
         self._send(
@@ -270,6 +267,7 @@ class ProcessRenewer:
                 message.hard_deadline,
                 message.receive_count,
                 watch,
+                index,
             )
         )
         return lease
@@ -393,8 +391,9 @@ class ProcessRenewer:
             lease.message.ended_lease = weakref.ref(lease)
             if self._leases.get(lease.key) is lease:
                 del self._leases[lease.key]
-            if self._by_message.get(lease.id) is lease:
-                del self._by_message[lease.id]
+            known = (self._queues.index(lease.message.backend) or 0, lease.id)
+            if self._by_message.get(known) is lease:
+                del self._by_message[known]
         if signal or state in (LeaseState.LOST, LeaseState.ABANDONED):
             lease.signal()
         if state in (LeaseState.LOST, LeaseState.ABANDONED):
@@ -406,8 +405,8 @@ class ProcessRenewer:
 
     def get(self, message: Message) -> RemoteLease | None:
         with self._registry_lock:
-            lease = self._by_message.get(message.id)
-            return lease if lease is not None and message.backend is self.backend else None
+            index = self._queues.index(message.backend)
+            return None if index is None else self._by_message.get((index, message.id))
 
     def leases(self) -> list[Lease]:
         with self._registry_lock:
@@ -437,8 +436,9 @@ class ProcessRenewer:
 
     def _forward_event(self, callback: str, args: tuple[Any, ...]) -> None:
         if callback == "on_call":
-            operation, entries, seconds, outcomes, error = args
-            event = CallEvent(operation, self.backend, entries, seconds, outcomes, error)
+            operation, entries, seconds, outcomes, error, *queue = args
+            backend = self._queues.all[queue[0] if queue else 0]
+            event = CallEvent(operation, backend, entries, seconds, outcomes, error)
             for observer in self.observers:
                 _tell(observer, "on_call", event)
             return
@@ -475,12 +475,49 @@ class ProcessRenewer:
             link.drop()
 
 
+class RenewedQueues:
+    """The queues a process renewer renews: ``backend`` first, then a multi-queue
+    worker's others. An ``add`` frame names its lease's queue by index; the renewer
+    process rebuilds each from its spec. Leases are found by (queue index, message
+    id): two queues' ids may coincide (Redis streams)."""
+
+    def __init__(self, backend: Backend, more: Sequence[Backend]) -> None:
+        self.all: tuple[Backend, ...] = (backend, *(q for q in more if q is not backend))
+        self._index = {id(each): index for index, each in enumerate(self.all)}
+        for each in self.all[1:]:
+            if getattr(each, "spec", None) is None:
+                raise ConfigError(
+                    f"renewer='process' needs backends with spec() (SQS, MNS, Azure); "
+                    f"{each!r} has none"
+                )
+
+    def index(self, backend: object) -> int | None:
+        """The index of ``backend`` (None: not one of these)."""
+        index = self._index.get(id(backend))
+        return index if index is not None and self.all[index] is backend else None
+
+    def require(self, backend: object) -> int:
+        """The index of ``backend``; ConfigError when it is not one of these."""
+        index = self.index(backend)
+        if index is None:
+            raise ConfigError(
+                f"a process renewer renews the messages of {', '.join(map(repr, self.all))} "
+                f"only, not of {backend!r}"
+            )
+        return index
+
+    def payload(self, spec: Any, config: LeaseConfig) -> bytes:
+        """What the renewer process reads: (spec, config) and, for more queues, theirs."""
+        more = [queue.spec() for queue in self.all[1:]]  # type: ignore[attr-defined]
+        return pickle.dumps((spec, config, more) if more else (spec, config))
+
+
 class LinkMaker:
     """Starts the renewer processes of one ``ProcessRenewer`` - and no more of them
     once one could not build its backend: another would fail the same way."""
 
-    def __init__(self, backend: Backend, payload: bytes) -> None:
-        self._backend = backend
+    def __init__(self, backends: Sequence[Backend], payload: bytes) -> None:
+        self._backends = backends
         self._payload = payload  # the pickled (spec, config)
         self._unbuildable: str | None = None  # why one could not build its backend
 
@@ -505,9 +542,13 @@ class LinkMaker:
             self._unbuildable = link.failure
 
     def _credentials_problem(self) -> str | None:
-        """What the renewer's backend would lack, asked of this one (no request)."""
-        backend = self._backend
-        return backend.credentials_problem() if isinstance(backend, CloudBackend) else None
+        """What the renewer's backends would lack, asked of these (no request)."""
+        for backend in self._backends:
+            if isinstance(backend, CloudBackend):
+                problem = backend.credentials_problem()
+                if problem is not None:
+                    return problem
+        return None
 
 
 class ProgressRelay:

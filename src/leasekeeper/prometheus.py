@@ -37,11 +37,23 @@ default ``namespace="leasekeeper"``:
 | leasekeeper_send_lag_seconds{quantile} | gauge | send_lag_p50, _p99 |
 | leasekeeper_extend_latency_seconds{quantile} | gauge | extend_latency_p50, _p99 |
 
-``serve_metrics(manager, port)`` serves them over HTTP on a registry of their own.
+Given a ``Worker`` or an ``AsyncWorker`` (``LeaseCollector(worker)``), it exposes its
+manager's metrics and, per queue the worker reads (``queue``: the queue's name, as
+``worker.stats.per_queue`` has it):
+
+| metric | type | from |
+|---|---|---|
+| leasekeeper_worker_messages_total{queue,outcome} | counter | ``stats.per_queue`` (*) |
+| leasekeeper_queue_leases_in_flight{queue} | gauge | the leases, by their queue |
+
+(*) ``outcome``: received, completed, failed, lost, refused, rolled_over, dead_lettered.
+
+``serve_metrics(manager_or_worker, port)`` serves them over HTTP on a registry of their own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,8 +68,11 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         "leasekeeper.prometheus needs prometheus_client: pip install 'leasekeeper[prometheus]'"
     ) from exc
 
+from leasekeeper._sources import QueueStats
+from leasekeeper.aio.worker import AsyncWorker
 from leasekeeper.manager import LeaseManager, Stats
 from leasekeeper.reasons import LostReason
+from leasekeeper.worker import Worker
 
 __all__ = ["LeaseCollector", "MetricsServer", "serve_metrics"]
 
@@ -113,14 +128,25 @@ _TIMINGS = (
 )
 
 
+_OUTCOMES = tuple(field.name for field in dataclasses.fields(QueueStats))
+
+
 class LeaseCollector(Collector):
     """A ``prometheus_client`` collector of one manager's ``stats()``, read at each
-    scrape (see the module docstring for the metrics). ``namespace`` prefixes every
-    name; it must be a valid metric name prefix."""
+    scrape (see the module docstring for the metrics) - a worker's manager, and the
+    worker's figures per queue, when given a ``Worker`` or ``AsyncWorker``.
+    ``namespace`` prefixes every name; it must be a valid metric name prefix."""
 
-    def __init__(self, manager: LeaseManager, *, namespace: str = "leasekeeper") -> None:
+    def __init__(
+        self, manager: LeaseManager | Worker | AsyncWorker, *, namespace: str = "leasekeeper"
+    ) -> None:
+        self.worker: Worker | AsyncWorker | None = None
+        if isinstance(manager, (Worker, AsyncWorker)):
+            self.worker, manager = manager, manager.manager
         if not isinstance(manager, LeaseManager):
-            raise TypeError(f"LeaseCollector takes a LeaseManager, got {type(manager).__name__}")
+            raise TypeError(
+                f"LeaseCollector takes a LeaseManager or a worker, got {type(manager).__name__}"
+            )
         if not namespace.replace("_", "a").isalnum() or namespace[0].isdigit():
             raise ValueError(f"namespace must be letters, digits and '_', got {namespace!r}")
         self.manager = manager
@@ -128,10 +154,41 @@ class LeaseCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         """The metric families, without samples (so registering reads no stats)."""
-        return self._families(None, running=False)
+        yield from self._families(None, running=False)
+        if self.worker is not None:
+            yield from self._queue_families(scraped=False)
 
     def collect(self) -> Iterator[Metric]:
-        return self._families(self.manager.stats(), running=self.manager.running)
+        yield from self._families(self.manager.stats(), running=self.manager.running)
+        if self.worker is not None:
+            yield from self._queue_families(scraped=True)
+
+    def _queue_families(self, *, scraped: bool) -> Iterator[Metric]:
+        """The worker's figures per queue."""
+        ns = self.namespace
+        messages = CounterMetricFamily(
+            f"{ns}_worker_messages",
+            "Messages the worker received and how each ended, by queue and outcome "
+            "(received, completed, failed, lost, refused, rolled_over, dead_lettered).",
+            labels=["queue", "outcome"],
+        )
+        in_flight = GaugeMetricFamily(
+            f"{ns}_queue_leases_in_flight",
+            "Leases held now, by the queue of their message.",
+            labels=["queue"],
+        )
+        worker = self.worker
+        if scraped and worker is not None:
+            held: dict[int, int] = {}
+            for lease in self.manager.leases():
+                key = id(lease.message.backend)
+                held[key] = held.get(key, 0) + 1
+            for source in worker.intake.sources.all:
+                for outcome in _OUTCOMES:
+                    messages.add_metric([source.name, outcome], getattr(source.stats, outcome))
+                in_flight.add_metric([source.name], held.get(id(source.backend), 0))
+        yield messages
+        yield in_flight
 
     def _families(self, stats: Stats | None, *, running: bool) -> Iterator[Metric]:
         ns = self.namespace
@@ -213,7 +270,10 @@ class MetricsServer:
 
 
 def serve_metrics(
-    collector_or_manager: LeaseCollector | LeaseManager, port: int, *, addr: str = "127.0.0.1"
+    collector_or_manager: LeaseCollector | LeaseManager | Worker | AsyncWorker,
+    port: int,
+    *,
+    addr: str = "127.0.0.1",
 ) -> MetricsServer:
     """Serve ``collector_or_manager``'s metrics (a ``LeaseManager`` gets a
     ``LeaseCollector``) at ``http://addr:port/metrics`` from a daemon thread, on a
@@ -222,7 +282,7 @@ def serve_metrics(
     otherwise."""
     collector = (
         LeaseCollector(collector_or_manager)
-        if isinstance(collector_or_manager, LeaseManager)
+        if isinstance(collector_or_manager, (LeaseManager, Worker, AsyncWorker))
         else collector_or_manager
     )
     if not isinstance(collector, LeaseCollector):

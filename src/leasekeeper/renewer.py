@@ -155,16 +155,22 @@ def make_renewer(
     clock: Clock,
     jitter_seed: int | None = None,
     executor: Executor | None = None,
+    queues: Sequence[Backend] = (),
 ) -> Renewer:
-    """The renewer ``choice`` names, built for ``backend`` and ``config``."""
+    """The renewer ``choice`` names, built for ``backend`` and ``config`` (and, for a
+    renewer process, the other ``queues`` whose messages it must renew too)."""
+    others = tuple(queue for queue in queues if queue is not backend)
     if choice == "auto":
         choice = _process_or_thread(backend, clock)
+        for queue in others:
+            if choice == "process":
+                choice = _process_or_thread(queue, clock)
         if choice == "process":
             assert backend is not None
             from leasekeeper.process_renewer import ProcessRenewer
 
             try:
-                return ProcessRenewer(backend, config, clock=clock)
+                return ProcessRenewer(backend, config, clock=clock, queues=others)
             except Exception as exc:  # no fork/spawn, a sandbox, a spec that cannot build
                 log.warning("the renewer process could not start (%s); %s", exc, WITHOUT_PROCESS)
                 choice = "thread"
@@ -177,7 +183,7 @@ def make_renewer(
             raise ConfigError("renewer='process' needs the backend to rebuild there")
         from leasekeeper.process_renewer import ProcessRenewer
 
-        return ProcessRenewer(backend, config, clock=clock)
+        return ProcessRenewer(backend, config, clock=clock, queues=others)
     if isinstance(choice, Renewer):
         return choice
     raise ConfigError(

@@ -31,13 +31,13 @@ import functools
 import logging
 import signal
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from types import FrameType
 from typing import Any, Literal
 
-from leasekeeper._intake import Intake, WorkerStats
+from leasekeeper._intake import DeadLetter, Intake, WorkerStats
 from leasekeeper._receive_loop import (
     Finish,
     Flush,
@@ -84,6 +84,13 @@ class Worker:
     wait for more handlers to finish before a receive, so that one receive brings
     a fuller batch.
 
+    Several queues: ``Worker([urgent, bulk], handler, weights=[3, 1], ...)`` - one
+    pool of handler threads, one manager and renewer; each receive goes to one queue,
+    in proportion to the weights (an empty queue is short-polled and rests, so it
+    never holds the others up: ``leasekeeper._sources``); ``max_receives`` and
+    ``dead_letter`` may be lists in the queues' order; ``worker.stats.per_queue[name]``
+    has each queue's figures beside the totals. See docs/queues.md.
+
     ``worker.around_handler``, when set, wraps each ``handler(message)`` call
     (``leasekeeper.otel.instrument(worker)`` sets it to a tracing span).
 
@@ -98,7 +105,7 @@ class Worker:
 
     def __init__(
         self,
-        manager_or_backend: LeaseManager | Backend,
+        manager_or_backend: LeaseManager | Backend | Sequence[Backend],
         handler: Handler,
         *,
         concurrency: int = 4,
@@ -110,7 +117,8 @@ class Worker:
         prefetch: int | None = None,
         gather: float = 0.05,
         clock: Clock | None = None,
-        dead_letter: Backend | str | None = None,
+        dead_letter: DeadLetter | Sequence[DeadLetter] = None,
+        weights: Sequence[int] | None = None,
         **config_fields: Any,
     ) -> None:
         self.intake = Intake(
@@ -127,11 +135,14 @@ class Worker:
             gather=gather,
             clock=clock,
             dead_letter=dead_letter,
+            weights=weights,
             config_fields=config_fields,
         )
         self.manager: LeaseManager = self.intake.manager
         self.clock: Clock = self.manager.clock
         self.backend: Backend = self.intake.backend
+        #: The queues it receives from (one, or a multi-queue worker's, in order).
+        self.backends: list[Backend] = self.intake.backends
         self.handler = self.intake.handler
         self.concurrency = self.intake.concurrency
         self.batch_size = self.intake.batch_size
@@ -213,7 +224,8 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self._on_signal)
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="leasekeeper-handler")
-        self.manager.failures.announce(self.backend)  # once: where failing messages end
+        for queue in self.backends:  # once: where failing messages end
+            self.manager.failures.announce(queue)
         try:
             # Nothing is received before its renewals can run (a renewer process
             # builds its backend after the manager was made).
@@ -295,8 +307,7 @@ class Worker:
         """Register ``messages`` (at receipt, not when a thread frees up)."""
         leased, refused = self.intake.register_all(messages)
         with self._slots:
-            self.stats.received += len(messages)
-            self.stats.refused += refused
+            self.intake.received(messages, refused)
         return leased
 
     def _start_handler(self, message: Message, lease: Lease) -> None:
@@ -349,7 +360,7 @@ class Worker:
             if took is not None:
                 self.intake.took(took)
             if future is None:
-                self.intake.count(outcome)
+                self.intake.count(outcome, lease)
             else:
                 self._unsettled += 1
             self._slots.notify_all()
@@ -360,5 +371,5 @@ class Worker:
         outcome = self.intake.settle(lease, outcome, future.exception())
         with self._slots:
             self._unsettled -= 1
-            self.intake.count(outcome)
+            self.intake.count(outcome, lease)
             self._slots.notify_all()

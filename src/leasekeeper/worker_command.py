@@ -22,12 +22,18 @@ import re
 import shutil
 import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any, NoReturn
 
-from leasekeeper._command_options import add_config_flags, add_version_flag, config_from, number
+from leasekeeper._command_options import (
+    add_config_flags,
+    add_version_flag,
+    config_from,
+    number,
+    weights,
+)
+from leasekeeper._command_status import PROG, StatusLine, queues_text
 from leasekeeper.backends.base import Backend
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.config import LeaseConfig
@@ -43,8 +49,6 @@ __all__ = [
     "metrics_server",
     "parser",
 ]
-
-PROG = "leasekeeper worker"
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -137,7 +141,8 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 def queue_flags(p: argparse.ArgumentParser) -> None:
-    queue = p.add_argument_group("queue (exactly one)").add_mutually_exclusive_group(required=True)
+    group = p.add_argument_group("queue (one kind of flag; --queue may be repeated)")
+    queue = group.add_mutually_exclusive_group(required=True)
     queue.add_argument("--sqs", metavar="QUEUE_URL", help="an Amazon SQS queue, by its URL")
     queue.add_argument(
         "--mns",
@@ -150,9 +155,19 @@ def queue_flags(p: argparse.ArgumentParser) -> None:
     queue.add_argument(
         "--queue",
         metavar="URL",
+        action="append",
         help="any queue by URL, as leasekeeper.connect takes it: https://sqs.REGION."
         "amazonaws.com/ACCOUNT/NAME, sqs://NAME, mns://HOST/QUEUE, azure://ACCOUNT/QUEUE, "
-        "redis://HOST:PORT/DB?stream=S&group=G, or an installed plug-in's scheme",
+        "redis://HOST:PORT/DB?stream=S&group=G, or an installed plug-in's scheme. Repeat it "
+        "to run one worker on several queues (one pool of handlers, one renewer)",
+    )
+    group.add_argument(
+        "--weights",
+        type=weights,
+        metavar="W,W,...",
+        help="with several --queue: how the receives are shared, one integer a queue in "
+        "their order (3,1: three receives from the first for one from the second, while "
+        "both have messages; an empty queue never holds the others up). Default: equal",
     )
 
 
@@ -289,8 +304,8 @@ def parser() -> argparse.ArgumentParser:
         prog=PROG,
         usage=(
             f"{PROG} MODULE:HANDLER\n"
-            "         (--queue URL | --sqs QUEUE_URL | --mns ENDPOINT QUEUE | --azure QUEUE)\n"
-            "         [options]"
+            "         (--queue URL [--queue URL ... [--weights W,W,...]] |\n"
+            "          --sqs QUEUE_URL | --mns ENDPOINT QUEUE | --azure QUEUE) [options]"
         ),
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -403,6 +418,21 @@ def _sqs_spec(args: argparse.Namespace) -> Any:
     return SQSSpec(args.sqs, region=session.region_name, endpoint_url=sqs_endpoint(args))
 
 
+def build_backends(args: argparse.Namespace) -> list[Backend]:
+    """The backends the queue flags name: one, or one a ``--queue`` (checked against
+    ``--weights``)."""
+    urls = getattr(args, "queue", None) or []
+    given = getattr(args, "weights", None)
+    if given is not None and len(given) != max(2, len(urls)):
+        raise UsageError(
+            f"--weights has {len(given)} entries for {len(urls)} queue(s): give one a "
+            "--queue, and at least two queues"
+        )
+    if len(urls) < 2:
+        return [build_backend(args)]
+    return [build_backend(argparse.Namespace(**{**vars(args), "queue": [url]})) for url in urls]
+
+
 def build_backend(args: argparse.Namespace) -> Backend:
     """The backend the queue flags name, from its spec (credentials from the
     environment): a missing credential or region is a UsageError naming what to set."""
@@ -410,7 +440,8 @@ def build_backend(args: argparse.Namespace) -> Backend:
         if getattr(args, "queue", None) is not None:
             from leasekeeper.backends.registry import connect
 
-            return connect(args.queue)
+            url = args.queue[0] if isinstance(args.queue, list) else args.queue
+            return connect(url)
         if args.sqs is not None:
             spec: Any = _sqs_spec(args)
         elif args.mns is not None:
@@ -439,6 +470,7 @@ QUEUE_HINTS = {
     "sqs": "check the queue URL, the region (--region, AWS_REGION) and the credentials",
     "mns": "check the endpoint, the queue name, MNS_ACCESS_KEY_ID and MNS_ACCESS_KEY_SECRET",
     "azure": "check the queue name and the storage account's credentials",
+    "queue": "check the URL and its service's credentials",
 }
 
 
@@ -454,6 +486,8 @@ def check_queue(args: argparse.Namespace, backend: Backend) -> None:
         )
         return
     kind = "sqs" if args.sqs is not None else "mns" if args.mns is not None else "azure"
+    if getattr(args, "queue", None):
+        kind = "queue"
     try:
         read_queue(backend)
     except ReceiveError as exc:
@@ -462,7 +496,12 @@ def check_queue(args: argparse.Namespace, backend: Backend) -> None:
                 "the queue cannot be reached yet (%s); the worker keeps trying", exc
             )
             return
-        where = {"sqs": args.sqs, "mns": " ".join(args.mns or ()), "azure": args.azure}[kind]
+        where = {
+            "sqs": args.sqs,
+            "mns": " ".join(args.mns or ()),
+            "azure": args.azure,
+            "queue": getattr(backend, "url", None) or repr(backend),
+        }[kind]
         raise UsageError(
             f"the queue {where} cannot be used: {_one_line(exc)} ({QUEUE_HINTS[kind]})"
         ) from exc
@@ -505,7 +544,8 @@ def _one_line(exc: BaseException) -> str:
 
 def metrics_server() -> Callable[..., Any]:
     """``leasekeeper.prometheus.serve_metrics``, which ``--metrics-port`` calls as
-    ``serve_metrics(manager, port, addr=...)`` once the worker's manager exists; whatever it
+    ``serve_metrics(worker, port, addr=...)`` once the worker exists (its manager's
+    metrics, and its figures per queue); whatever it
     returns is closed (``close()``, ``shutdown()`` or ``stop()``) when the worker stops."""
     try:
         module = importlib.import_module("leasekeeper.prometheus")
@@ -516,54 +556,6 @@ def metrics_server() -> Callable[..., Any]:
             f"(pip install 'leasekeeper[prometheus]'): {_one_line(exc)}"
         ) from exc
     return serve
-
-
-class StatusLine:
-    """Writes the worker's status to stderr every ``every`` seconds, from a thread."""
-
-    def __init__(self, worker: Any, every: float) -> None:
-        self.worker = worker
-        self.every = every
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lag = (0.0, 0.0)  # the scheduler lag last read while the manager ran
-
-    def line(self) -> str:
-        manager = self.worker.manager
-        in_flight = 0
-        if not manager.closed:  # a closed renewer process has no figures to give
-            stats = manager.stats()
-            in_flight = stats.in_flight
-            self._lag = (stats.scheduler_lag_p50, stats.scheduler_lag_p99)
-        done = self.worker.stats
-        p50, p99 = self._lag
-        return (
-            f"{PROG}: in flight {in_flight}, done {done.completed}, failed {done.failed}, "
-            f"lost {done.lost}, scheduler lag p50 {p50 * 1000:.0f} ms p99 {p99 * 1000:.0f} ms"
-        )
-
-    def start(self) -> None:
-        if self.every > 0:
-            self._thread = threading.Thread(
-                target=self._run, name="leasekeeper-status", daemon=True
-            )
-            self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            self.write()
-
-    def write(self) -> None:
-        try:
-            sys.stderr.write(self.line() + "\n")
-            sys.stderr.flush()
-        except Exception as exc:  # a status line must never stop the worker
-            logging.getLogger("leasekeeper.worker").debug("status line failed: %s", exc)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
 
 
 # ------------------------------------------------------------------ running
@@ -603,10 +595,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             handler = load_handler(args.handler)
             check_handler(handler, args.handler)
             config = config_from(args)
-            backend = build_backend(args)
-            check_queue(args, backend)
+            backends = build_backends(args)
+            for backend in backends:
+                check_queue(args, backend)
             is_async = _is_async(handler)
-            worker = _make_worker(args, backend, handler, config, is_async=is_async)
+            worker = _make_worker(args, backends, handler, config, is_async=is_async)
         except (UsageError, LeaseError) as exc:
             return _fail(str(exc))
         return _run(args, worker, early, serve_metrics, is_async=is_async)
@@ -617,7 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _make_worker(
     args: argparse.Namespace,
-    backend: Backend,
+    backends: list[Backend],
     handler: Callable[..., object],
     config: LeaseConfig,
     *,
@@ -634,14 +627,17 @@ def _make_worker(
     }
     if args.concurrency is not None:
         common["concurrency"] = args.concurrency
+    queues: Backend | list[Backend] = backends[0]
+    if len(backends) > 1:
+        queues, common["weights"] = backends, args.weights
     try:
         if is_async:
             from leasekeeper.aio import AsyncWorker
 
-            return AsyncWorker(backend, handler, **common)  # type: ignore[arg-type]
+            return AsyncWorker(queues, handler, **common)  # type: ignore[arg-type]
         from leasekeeper.worker import Worker
 
-        return Worker(backend, handler, **common)
+        return Worker(queues, handler, **common)
     except (ValueError, TypeError, LeaseError) as exc:
         raise UsageError(_one_line(exc)) from exc
 
@@ -667,7 +663,7 @@ def _run(
     try:
         if serve_metrics is not None:
             try:
-                server = serve_metrics(worker.manager, args.metrics_port, addr=args.metrics_addr)
+                server = serve_metrics(worker, args.metrics_port, addr=args.metrics_addr)
             except Exception as exc:
                 return _fail(
                     f"cannot serve metrics on {args.metrics_addr}:{args.metrics_port}: "
@@ -677,10 +673,10 @@ def _run(
             log.info("signal %d before the worker started: not starting", early[0])
             return EXIT_OK
         log.info(
-            "%s running %s on %r, concurrency %d, renewer %s",
+            "%s running %s on %s, concurrency %d, renewer %s",
             type(worker).__name__,
             args.handler,
-            worker.backend,
+            queues_text(worker),
             worker.concurrency,
             worker.manager.renewer.name,
         )

@@ -36,12 +36,12 @@ import inspect
 import logging
 import signal
 import threading
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Any, Literal, cast
 
-from leasekeeper._intake import Intake, WorkerStats
+from leasekeeper._intake import DeadLetter, Intake, WorkerStats
 from leasekeeper._receive_loop import (
     Finish,
     Flush,
@@ -84,12 +84,12 @@ class AsyncWorker:
     arguments of ``Worker``, with ``concurrency`` the number of handler coroutines
     at once. ``cancel_on_lost``: cancel a handler whose lease is lost (off by
     default: see ``leasekeeper.aio.held``). ``await worker.run()``. ``clock``: as
-    ``Worker``'s.
+    ``Worker``'s; several queues (a list, ``weights=``): as ``Worker``'s.
     """
 
     def __init__(
         self,
-        manager_or_backend: LeaseManager | Backend,
+        manager_or_backend: LeaseManager | Backend | Sequence[Backend],
         handler: AsyncHandler,
         *,
         concurrency: int = 16,
@@ -102,7 +102,8 @@ class AsyncWorker:
         gather: float = 0.05,
         cancel_on_lost: bool = False,
         clock: Clock | None = None,
-        dead_letter: Backend | str | None = None,
+        dead_letter: DeadLetter | Sequence[DeadLetter] = None,
+        weights: Sequence[int] | None = None,
         **config_fields: Any,
     ) -> None:
         if (inspect.isfunction(handler) or inspect.ismethod(handler)) and not (
@@ -126,11 +127,14 @@ class AsyncWorker:
             gather=gather,
             clock=clock,
             dead_letter=dead_letter,
+            weights=weights,
             config_fields=config_fields,
         )
         self.manager: LeaseManager = self.intake.manager
         self.clock: Clock = self.manager.clock
         self.backend: Backend = self.intake.backend
+        #: The queues it receives from (one, or a multi-queue worker's, in order).
+        self.backends: list[Backend] = self.intake.backends
         self.handler = cast("AsyncHandler", self.intake.handler)
         self.concurrency = self.intake.concurrency
         self.cancel_on_lost = bool(cancel_on_lost)
@@ -228,7 +232,8 @@ class AsyncWorker:
         # Before the first register: the relay must hear of every lease's end.
         self._relay = relay_for(self.manager)
         executor = ThreadPoolExecutor(1, thread_name_prefix="leasekeeper-aio")
-        self.manager.failures.announce(self.backend)  # once: where failing messages end
+        for queue in self.backends:  # once: where failing messages end
+            self.manager.failures.announce(queue)
         previous = self._catch_signals(loop)
         try:
             self.error = await self._drive(
@@ -291,8 +296,7 @@ class AsyncWorker:
                     answer = await loop.run_in_executor(executor, self.intake.receive, step.count)
                 elif isinstance(step, Start):
                     leased, refused = self.intake.register_all(step.messages)
-                    self.stats.received += len(step.messages)
-                    self.stats.refused += refused
+                    self.intake.received(step.messages, refused)
                     for message, lease in leased:
                         self._start(message, lease)
                 elif isinstance(step, Flush):
@@ -402,7 +406,7 @@ class AsyncWorker:
         if took is not None:
             self.intake.took(took)
         if future is None:
-            self.intake.count(outcome)
+            self.intake.count(outcome, lease)
         else:
             self._unsettled += 1
             assert self._loop is not None
@@ -415,10 +419,10 @@ class AsyncWorker:
         """A queued delete or release was answered (on the coalescer's thread)."""
         if not call_soon_threadsafe(loop, self._settled, lease, outcome, future):
             # The loop is closed (run() gave up waiting for this answer): count it here.
-            self.intake.count(self.intake.settle(lease, outcome, future.exception()))
+            self.intake.count(self.intake.settle(lease, outcome, future.exception()), lease)
 
     def _settled(self, lease: Lease, outcome: str, future: Future[None]) -> None:
-        self.intake.count(self.intake.settle(lease, outcome, future.exception()))
+        self.intake.count(self.intake.settle(lease, outcome, future.exception()), lease)
         self._unsettled -= 1
         self._wake()
 
