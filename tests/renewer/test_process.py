@@ -80,6 +80,10 @@ def test_renewals_go_on_while_the_handler_holds_the_gil(moto_endpoint: str, queu
         backend, renewer="process", visibility_timeout=2, timer_interval=0.2, minimal_life=0.5
     )
     try:
+        # Renewing before the first receive, as a loop of one's own does: at a 2 s
+        # timeout, a lease registered while the renewer still builds its client (a
+        # second or more on a loaded machine) could run out before it serves.
+        manager.start()
         leases = []
         while len(leases) < 5:
             for message in backend.receive(max_messages=5, wait_seconds=1, visibility_timeout=2):
