@@ -221,9 +221,12 @@ class RenewalEngine:
                 lane = self._add_lane(message.backend)
             message_id = message.id
             existing = lane.leases.get(message_id)
-            same = admit(existing, message, now, self._minimal_life)
-            if same is not None:
-                return same
+            # admit() decides (the same lease, too short, superseded) whenever there
+            # is anything to decide: not for the common new message with time left.
+            if existing is not None or visible_until - now < self._minimal_life:
+                same = admit(existing, message, now, self._minimal_life)
+                if same is not None:
+                    return same
             if existing is not None:
                 # Received again with a new receipt while we still held a lease on
                 # it: that lease lapsed and is not ours any more.
