@@ -46,6 +46,35 @@ FORGOTTEN_BY_CLOSE = Ending(None, "forgotten by close()")
 CLOSE_TIMED_OUT = Ending(None, "close() timed out before releasing it: it lapses")
 
 
+def overrides(obj: object, base: type, name: str) -> bool:
+    """Whether ``obj``'s class (a subclass of ``base``) defines its own ``name``."""
+    return getattr(type(obj), name) is not getattr(base, name)
+
+
+def singles(renewer: object, base: type) -> tuple[bool, bool]:
+    """Whether ``renewer`` (of a subclass of the standard renewer ``base``) takes
+    ``complete_many``'s and ``release_many``'s leases one by one: so its own
+    ``complete``/``release`` sees every one, unless it has its own batch form too."""
+    return (
+        overrides(renewer, base, "complete") and not overrides(renewer, base, "complete_many"),
+        overrides(renewer, base, "release") and not overrides(renewer, base, "release_many"),
+    )
+
+
+def one_by_one(operation: Callable[[Any], object], leases: Sequence[Any]) -> list[Result]:
+    """A batch done as single operations: for a renewer subclass that overrides
+    ``complete`` (or ``release``) but not its batch form, so it sees every one. Per
+    lease, None or what ``operation(lease)`` raised."""
+    results: list[Result] = []
+    for lease in leases:
+        try:
+            operation(lease)
+            results.append(None)
+        except Exception as exc:
+            results.append(exc)
+    return results
+
+
 class BatchOps:
     """complete_many / release_many / release_all over one engine's ``HandlerOps``."""
 

@@ -23,7 +23,6 @@ import logging
 import math
 import random
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any
@@ -36,13 +35,23 @@ from leasekeeper._lapse import lapsed
 from leasekeeper._ledger import Counter
 from leasekeeper._metrics import Metrics, Stats, log_lapses
 from leasekeeper._record import LeaseRecord, LeaseState
-from leasekeeper._reporting import OnLost, Reporter
+from leasekeeper._reporting import Reporter
 from leasekeeper._schedule import Lane, Schedule
 from leasekeeper._threshold import Threshold
+from leasekeeper._transitions import (
+    COMPLETED,
+    SUPERSEDED,
+    OnLost,
+    admit,
+    closed_error,
+    mark_ended,
+    no_deadline,
+    signals,
+)
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import Clock, now_function
 from leasekeeper.config import LeaseConfig
-from leasekeeper.errors import LeaseTooShort, ManagerClosed
+from leasekeeper.errors import ManagerClosed
 from leasekeeper.observers import Observer
 from leasekeeper.reasons import Ending, LostReason
 
@@ -51,10 +60,6 @@ log = logging.getLogger("leasekeeper.manager")
 _ACTIVE = LeaseState.ACTIVE
 _INFINITY = math.inf
 _COMPLETED = LeaseState.COMPLETED
-_ABANDONED = LeaseState.ABANDONED
-_weakref = weakref.ref
-COMPLETED = Ending(None, "completed")
-SUPERSEDED = Ending(LostReason.SUPERSEDED, "superseded: the message was received again")
 
 
 def check_backend(backend: object, config: LeaseConfig) -> None:
@@ -202,33 +207,30 @@ class RenewalEngine:
         """
         visible_until = message.visible_until
         if not -_INFINITY < visible_until < _INFINITY:  # no comparison holds for NaN
-            raise ValueError(
-                f"message {message.id!r} has no finite deadline ({visible_until!r}): "
-                "give it a finite visibility_timeout"
-            )
+            raise no_deadline(message)
         now = self._now()
-        superseded = False
+        existing = None
         lock = self._lock
         lock.acquire()  # not ``with``: half the cost in CPython 3.11, on the hot path
         try:
             dispatcher = self._dispatcher
             if dispatcher.closed:
-                raise ManagerClosed("this LeaseManager is closed; it takes no new leases")
+                raise closed_error()
             lane = self._lanes.get(id(message.backend))
             if lane is None:
                 lane = self._add_lane(message.backend)
             message_id = message.id
             existing = lane.leases.get(message_id)
+            # admit() decides (the same lease, too short, superseded) whenever there
+            # is anything to decide: not for the common new message with time left.
+            if existing is not None or visible_until - now < self._minimal_life:
+                same = admit(existing, message, now, self._minimal_life)
+                if same is not None:
+                    return same
             if existing is not None:
-                if existing.message is message or existing.receipt == message.receipt:
-                    return existing
-                # The message was received again with a new receipt while we still
-                # held a lease on it: that lease lapsed and is not ours any more.
-                if visible_until - now >= self._minimal_life:
-                    self.end_locked(existing, LeaseState.LOST, SUPERSEDED)
-                    superseded = True
-            if visible_until - now < self._minimal_life:
-                raise LeaseTooShort(message_id, visible_until - now, self._minimal_life)
+                # Received again with a new receipt while we still held a lease on
+                # it: that lease lapsed and is not ours any more.
+                self.end_locked(existing, LeaseState.LOST, SUPERSEDED)
             record = make(message, now)
             # A message that arrived with less left than the threshold is due at once
             # (the extender says so once, and counts no send lag for it).
@@ -241,8 +243,8 @@ class RenewalEngine:
                 self._wake_locked()
         finally:
             lock.release()
-        if superseded:
-            self.drain()  # told outside the lock: on_lost may call back in
+        if existing is not None:
+            self.drain()  # the superseded one, told outside the lock: on_lost may call back in
         return record
 
     def _limited_due(self, message: Message, now: float, due: float) -> float:
@@ -360,12 +362,8 @@ class RenewalEngine:
             record.busy = False  # OpGate.give_locked, inline: the hot path
             if self.gate.waiting:
                 self.gate.notify_locked()
-            if record.state is not _ACTIVE and record.state is not _ABANDONED:
+            if not mark_ended(record, _COMPLETED, COMPLETED):
                 return
-            record.state = _COMPLETED
-            record.ending = COMPLETED
-            # register(message) of this very message returns this lease, not a second one.
-            message.ended_lease = _weakref(record)
             self._schedule.remove(self._lanes[id(message.backend)], record)
             self._metrics.completed += 1
         finally:
@@ -387,17 +385,9 @@ class RenewalEngine:
         """End an active lease (under the registry lock). Lost and abandoned leases
         are always signalled and reported; a released one is signalled only when
         ``stop_handler`` says the release was not its handler's own doing."""
-        current = record.state
-        if current is not _ACTIVE and not (
-            # An abandoned lease whose message is still invisible may yet be deleted.
-            current is LeaseState.ABANDONED and state is _COMPLETED
-        ):
+        if not mark_ended(record, state, ending):
             return
-        record.state = state
-        record.ending = ending
         message = record.message
-        # register(message) of this very message returns this lease, not a second one.
-        message.ended_lease = weakref.ref(record)
         lane = self._lanes.get(id(message.backend))
         if lane is not None:
             self._schedule.remove(lane, record)
@@ -417,8 +407,7 @@ class RenewalEngine:
             if ending.lost_reason is not None:
                 reasons = metrics.lost_reasons
                 reasons[ending.lost_reason.value] = reasons.get(ending.lost_reason.value, 0) + 1
-        signal = state is LeaseState.LOST or state is _ABANDONED or stop_handler
-        self._reporter.queue_locked(record, state, signal=signal)
+        self._reporter.queue_locked(record, state, signal=signals(state, stop_handler))
 
     def drain(self) -> None:
         """Signal and report ended leases outside every lock (callbacks may re-enter)."""

@@ -25,10 +25,18 @@ from leasekeeper._gate import OpGate
 from leasekeeper._lapse import Operation, lapsed
 from leasekeeper._ledger import Ledger
 from leasekeeper._record import LeaseRecord, LeaseState
+from leasekeeper._transitions import (
+    COMPLETED,
+    FORGOTTEN,
+    completable,
+    lost_error,
+    releasable,
+    released,
+)
 from leasekeeper.backends.base import OK, Handle, Outcome
 from leasekeeper.clock import Clock, now_function
 from leasekeeper.config import LeaseConfig
-from leasekeeper.errors import BackendError, LeaseError, LeaseLost
+from leasekeeper.errors import BackendError, LeaseLost
 from leasekeeper.failures import Failures
 from leasekeeper.reasons import Ending, LostReason
 
@@ -43,9 +51,6 @@ OP_ATTEMPTS = 4
 
 _ACTIVE = LeaseState.ACTIVE
 _new_tuple = tuple.__new__  # builds a Handle without NamedTuple's Python-level __new__
-_COMPLETED = LeaseState.COMPLETED
-FORGOTTEN = Ending(None, "forgotten: its owner took it back")
-COMPLETED = Ending(None, "completed")
 
 
 def valid_delay(delay: object) -> bool:
@@ -55,14 +60,6 @@ def valid_delay(delay: object) -> bool:
         return math.isfinite(delay) and delay >= 0
     except OverflowError:  # an int beyond float range
         return False
-
-
-def lost_error(record: LeaseRecord, fallback: str) -> LeaseLost:
-    """The ``LeaseLost`` a handler hears for an ended ``record``."""
-    ending = record.ending
-    if ending is None:
-        return LeaseLost(record.message.id, fallback)
-    return LeaseLost(record.message.id, ending.detail, ending.lost_reason)
 
 
 class HandlerOps:
@@ -172,26 +169,10 @@ class HandlerOps:
         completed already; raises when it cannot be completed. An abandoned lease
         whose message is still hidden may be; a lapsed one only where receipts
         rotate (rule 5)."""
-        state = record.state
-        if state is _ACTIVE:
+        if record.state is _ACTIVE:
             self._judge_before_sending(record, "delete")
             return True
-        if state is _COMPLETED:
-            return False
-        if state is LeaseState.RELEASED:
-            if record.signalled:
-                raise lost_error(record, "released")
-            raise LeaseError(
-                f"lease on message {record.message.id!r} was released ({record.reason}); "
-                "it cannot be completed"
-            )
-        if state is LeaseState.FORGOTTEN:
-            raise LeaseError(
-                f"lease on message {record.message.id!r} was forgotten; its owner ends it"
-            )
-        if state is LeaseState.LOST or self._now() >= record.visible_until:
-            raise lost_error(record, str(state))
-        return True  # abandoned, and its message still hidden
+        return completable(record, self._now())
 
     def finish_delete(self, record: LeaseRecord, outcome: Outcome) -> None:
         """Apply a delete's outcome (the lease taken; the caller gives it back):
@@ -269,12 +250,7 @@ class HandlerOps:
     def prepare_release(self, record: LeaseRecord) -> bool:
         """Whether to send the release of ``record`` (taken): False when it ended
         already; raises for a completed or lapsed one (rule 5)."""
-        state = record.state
-        if state is _COMPLETED:
-            raise LeaseError(
-                f"lease on message {record.message.id!r} was completed; cannot release"
-            )
-        if state is not _ACTIVE:
+        if not releasable(record):
             return False  # released already, or not ours to release
         self._judge_before_sending(record, "release")
         return True
@@ -291,8 +267,8 @@ class HandlerOps:
                 Ending(LostReason.REJECTED, f"rejected: {outcome.detail}"),
             )
         elif outcome.kind == "ok":
-            detail = "released at shutdown" if stop_handler else f"released (delay {delay:g}s)"
-            ledger.end(record, LeaseState.RELEASED, Ending(None, detail), stop_handler=stop_handler)
+            ending = released(delay, stop_handler)
+            ledger.end(record, LeaseState.RELEASED, ending, stop_handler=stop_handler)
         else:
             # Could not release: stop renewing so it lapses and comes back anyway.
             log.warning(

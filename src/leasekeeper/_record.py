@@ -59,7 +59,8 @@ class LeaseRecord:
                    rule 4's flag, guarded by the engine's registry lock (``_gate``)
     signalled      the handler has been told to stop (``Lease.lost`` is set)
     event          that ``threading.Event``, created on first use
-    owner          where the lease's own complete/release go (a ``LeaseOwner``)
+    owner          the renewer that registered it: where the lease's own
+                   complete/release/... go (a ``LeaseOwner``)
     progressed_at  the handler's latest progress (``Lease.progress()``), for
                    ``stall_timeout``: unset until it reports any (read it with
                    ``last_progress()``; left unset, it costs the hot path nothing)

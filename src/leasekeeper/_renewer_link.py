@@ -17,7 +17,7 @@ no message is received before its renewals can be sent. A backend that cannot be
 built there after all is reported by ``wait_serving`` (ConfigError, with its
 reason) and as the renewer's death.
 
-Then it sends frames (``_wire``), waits for replies (``ask``), and hands every other
+Then it sends frames (``_frames``), waits for replies (``ask``), and hands every other
 frame to its ``on_frame`` callback from a reader thread. When the renewer dies its
 pending requests are answered ``DIED`` and ``on_gone`` is called, on the reader
 thread.
@@ -34,11 +34,21 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from leasekeeper._wire import recv_frame, send_frame
+from leasekeeper._frames import (
+    Batch,
+    Done,
+    Failed,
+    Hello,
+    Serving,
+    Started,
+    recv_frame,
+    send_frame,
+)
+from leasekeeper.backends.base import Backend, CloudBackend
 from leasekeeper.errors import ConfigError, LeaseLost
 
 log = logging.getLogger("leasekeeper.renewer")
@@ -84,6 +94,13 @@ class RenewerLink:
         self._send_lock = threading.Lock()
         self._replies: dict[int, _Reply] = {}
         self._requests = itertools.count(1)
+        # What the reader does with each frame: these here, every other to on_frame.
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Batch: self._batch,
+            Done: self._done,
+            Serving: self._serving,
+            Failed: self._failed,
+        }
         self.proc, self._conn = _start(payload, precheck)
         self._reader = threading.Thread(
             target=self._read, name="leasekeeper-renewer-reader", daemon=True
@@ -165,27 +182,33 @@ class RenewerLink:
             try:
                 self._dispatch(frame)
             except Exception:
-                log.exception("renewer frame %r could not be applied", frame[0])
+                log.exception("renewer frame %s could not be applied", type(frame).__name__)
         self._gone()
 
     def _dispatch(self, frame: tuple[Any, ...]) -> None:
-        tag = frame[0]
-        if tag == "batch":
-            for inner in frame[1]:
-                self._dispatch(inner)
-        elif tag == "done":
-            with self._send_lock:
-                reply = self._replies.pop(frame[1], None)
-            if reply is not None:
-                reply.set(frame[2])
-        elif tag == "serving":
-            self._settled.set()
-        elif tag == "failed":  # then it exits: _gone follows
-            self.failure = frame[1]
-            log.error("the renewer process could not build its backend: %s", self.failure)
-            self._settled.set()
-        else:
+        handler = self._handlers.get(type(frame))
+        if handler is None:
             self._on_frame(frame)
+        else:
+            handler(frame)
+
+    def _batch(self, frame: Batch) -> None:
+        for inner in frame.frames:
+            self._dispatch(inner)
+
+    def _done(self, frame: Done) -> None:
+        with self._send_lock:
+            reply = self._replies.pop(frame.request, None)
+        if reply is not None:
+            reply.set(frame.payload)
+
+    def _serving(self, frame: Serving) -> None:
+        self._settled.set()
+
+    def _failed(self, frame: Failed) -> None:  # then it exits: _gone follows
+        self.failure = frame.reason
+        log.error("the renewer process could not build its backend: %s", self.failure)
+        self._settled.set()
 
     def _gone(self) -> None:
         if not self._settled.is_set():
@@ -205,6 +228,45 @@ class RenewerLink:
         self._on_gone(self)
 
 
+class LinkMaker:
+    """Starts the renewer processes of one ``ProcessRenewer`` - and no more of them
+    once one could not build its backend: another would fail the same way."""
+
+    def __init__(self, backends: Sequence[Backend], payload: bytes) -> None:
+        self._backends = backends
+        self._payload = payload  # the pickled (spec, config[, more specs])
+        self._unbuildable: str | None = None  # why one could not build its backend
+
+    @property
+    def unbuildable(self) -> bool:
+        return self._unbuildable is not None
+
+    def start(
+        self,
+        on_frame: Callable[[tuple[Any, ...]], None],
+        on_gone: Callable[[RenewerLink], None],
+    ) -> RenewerLink:
+        if self._unbuildable is not None:
+            raise ConfigError(f"the renewer process could not start: {self._unbuildable}")
+        return RenewerLink(
+            self._payload, on_frame=on_frame, on_gone=on_gone, precheck=self._credentials_problem
+        )
+
+    def ended(self, link: RenewerLink) -> None:
+        """``link``'s renewer is gone; if it never served, it could not build."""
+        if link.failure is not None:
+            self._unbuildable = link.failure
+
+    def _credentials_problem(self) -> str | None:
+        """What the renewer's backends would lack, asked of these (no request)."""
+        for backend in self._backends:
+            if isinstance(backend, CloudBackend):
+                problem = backend.credentials_problem()
+                if problem is not None:
+                    return problem
+        return None
+
+
 def _start(
     payload: bytes, precheck: Callable[[], str | None] | None
 ) -> tuple[subprocess.Popen[bytes], Connection]:
@@ -219,24 +281,25 @@ def _start(
     finally:
         theirs.close()
     conn = Connection(ours.detach())
-    answer: Any = ("failed", "no answer")
+    answer: Any = Failed("no answer")
     try:
         try:
-            send_frame(conn, (list(sys.path), os.getpid(), payload))
+            send_frame(conn, Hello(list(sys.path), os.getpid(), payload))
             # While the renewer starts: what this process can tell without it.
             problem = precheck() if precheck is not None else None
             if problem is not None:
-                answer = ("failed", problem)
+                answer = Failed(problem)
             elif conn.poll(START_TIMEOUT):
                 answer = recv_frame(conn)
         except (EOFError, OSError):
-            answer = ("failed", "it exited while starting")
-        if answer[0] != "started":
-            raise ConfigError(f"the renewer process could not start: {answer[1]}")
+            answer = Failed("it exited while starting")
+        if not isinstance(answer, Started):
+            reason = answer.reason if isinstance(answer, Failed) else repr(answer)
+            raise ConfigError(f"the renewer process could not start: {reason}")
     except BaseException:
         conn.close()
         proc.kill()
         proc.wait()
         raise
-    log.info("renewer process %d started", answer[1])
+    log.info("renewer process %d started", answer.pid)
     return proc, conn

@@ -5,7 +5,7 @@ descriptor FD. It says it has started, then builds its own backend from the
 worker's ``backend.spec()`` (importing the service's SDK is most of its start-up,
 so the worker does not wait for it: its frames wait in the socket), runs an
 ordinary thread-mode ``LeaseManager`` on it, says it serves (or why it could not
-build), and does what the worker asks (``_wire`` lists the frames): lease,
+build), and does what the worker asks (``_frames`` lists the frames): lease,
 complete, release, report. Because it is a
 process of its own, a worker holding the GIL in a C call does not stop its
 renewals, and a worker that dies is noticed at once.
@@ -40,12 +40,35 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NamedTuple
 
+from leasekeeper._frames import (
+    Abandon,
+    Add,
+    AskStats,
+    Batch,
+    Close,
+    Complete,
+    Done,
+    Ended,
+    Event,
+    Extended,
+    Failed,
+    Forget,
+    Hello,
+    Observe,
+    Progress,
+    Release,
+    Rolling,
+    Serving,
+    Started,
+    encode_error,
+    recv_frame,
+    send_frame,
+)
 from leasekeeper._record import LeaseRecord, LeaseState
-from leasekeeper._wire import encode_error, recv_frame, send_frame
 from leasekeeper.backends.base import Backend, Message
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import LeaseError
@@ -64,6 +87,12 @@ _PR_SET_PDEATHSIG = 1
 
 class WorkerGone(Exception):
     """The worker process died: release everything and exit."""
+
+
+class _Flushed(NamedTuple):
+    """Not a frame: the sender sets ``sent`` once what was queued before it went."""
+
+    sent: threading.Event
 
 
 class Outbox:
@@ -100,7 +129,7 @@ class Outbox:
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until what is queued now has been sent."""
         sent = threading.Event()
-        self._queue.put(("__flushed__", sent))
+        self._queue.put(_Flushed(sent))
         sent.wait(timeout)
 
     def _run(self) -> None:
@@ -111,8 +140,8 @@ class Outbox:
             done = frame is None
             more: tuple[Any, ...] | None = frame
             while more is not None:
-                if more[0] == "__flushed__":
-                    flushed.append(more[1])
+                if isinstance(more, _Flushed):
+                    flushed.append(more.sent)
                 else:
                     frames.append(more)
                 try:
@@ -126,7 +155,7 @@ class Outbox:
                     if len(frames) == 1:
                         send_frame(self._conn, frames[0])
                     elif frames:
-                        send_frame(self._conn, ("batch", frames))
+                        send_frame(self._conn, Batch(frames))
             except OSError:
                 return  # the worker is gone: nobody to tell
             finally:
@@ -157,11 +186,9 @@ class Forwarder(Observer):
     def on_extended(self, lease: LeaseRecord, headroom: float) -> None:
         key = self._keys.get(id(lease))
         if key is not None:
-            self._outbox.put(
-                ("extended", key, lease.receipt, lease.visible_until, lease.extensions)
-            )
+            self._outbox.put(Extended(key, lease.receipt, lease.visible_until, lease.extensions))
             if self.events:
-                self._outbox.put(("event", "on_extended", (key, headroom)))
+                self._outbox.put(Event("on_extended", (key, headroom)))
 
     def on_ended(self, lease: LeaseRecord, state: LeaseState, reason: str) -> None:
         key = self._keys.pop(id(lease), None)
@@ -170,21 +197,13 @@ class Forwarder(Observer):
         self._leases.pop(key, None)
         if state is not LeaseState.COMPLETED:  # a completion is the reply's to tell
             lost = lease.lost_reason
-            self._outbox.put(
-                (
-                    "ended",
-                    key,
-                    state.value,
-                    None if lost is None else lost.value,
-                    reason,
-                    lease.signalled,
-                )
-            )
+            lost_reason = None if lost is None else lost.value
+            self._outbox.put(Ended(key, state.value, lost_reason, reason, lease.signalled))
 
     def on_rolling(self, lease: LeaseRecord) -> None:
         key = self._keys.get(id(lease))
         if key is not None:
-            self._outbox.put(("rolling", key))
+            self._outbox.put(Rolling(key))
 
     def on_call(self, event: CallEvent) -> None:
         if self.events:
@@ -197,12 +216,12 @@ class Forwarder(Observer):
             )
             if len(self._queue_index) > 1:
                 args += (self._queue_index.get(id(event.backend), 0),)
-            self._outbox.put(("event", "on_call", args))
+            self._outbox.put(Event("on_call", args))
 
     def on_lapse(self, lease: LeaseRecord, late: float) -> None:
         key = self._keys.get(id(lease))
         if self.events and key is not None:
-            self._outbox.put(("event", "on_lapse", (key, late)))
+            self._outbox.put(Event("on_lapse", (key, late)))
 
 
 class ChildRenewer:
@@ -233,6 +252,22 @@ class ChildRenewer:
         self._gone = False  # the worker is gone (not closed): release everything
         self._busy_lock = threading.Lock()  # guards _busy
         self._busy = 0  # requests being done now
+        # What the worker's frames do. Cheap ones are done by the reading thread
+        # before it lets go, so a complete can never overtake the add of its lease;
+        # the others after it let go, while another thread reads on.
+        self._cheap: dict[type, Callable[[Any], None]] = {
+            Add: self._add,
+            Progress: self._progress,
+            Abandon: self._abandon,
+            AskStats: self._stats,
+            Observe: self._observe,
+            Close: self._close,
+        }
+        self._slow: dict[type, Callable[[Any], None]] = {
+            Complete: self._complete,
+            Release: self._release,
+            Forget: self._forget,
+        }
         self._threads = [
             threading.Thread(
                 target=self._serve_frames, name=f"leasekeeper-renewer-op-{n}", daemon=True
@@ -282,21 +317,16 @@ class ChildRenewer:
                     self._gone = True
                     self._done.set()
                     return
-                tag = frame[0]
-                if tag not in ("complete", "release", "forget"):
+                slow = self._slow.get(type(frame))
+                if slow is None:
                     self._handle(frame)
                     continue
                 with self._busy_lock:
                     self._busy += 1
             try:
-                if tag == "complete":
-                    self._complete(frame[1], self._find(frame[2]))
-                elif tag == "forget":
-                    self._forget(frame[1], frame[2])
-                else:
-                    self._release(frame[1], self._find(frame[2]), frame[3], frame[4])
+                slow(frame)
             except Exception:
-                log.exception("the worker's %s request failed", tag)
+                log.exception("the worker's %s request failed", type(frame).__name__)
             finally:
                 with self._busy_lock:
                     self._busy -= 1
@@ -312,14 +342,10 @@ class ChildRenewer:
         try:
             while self._conn.poll(0):
                 frame = recv_frame(self._conn)
-                tag = frame[0]
-                if tag == "complete":
-                    self._complete(frame[1], self._find(frame[2]))
-                elif tag == "release":
-                    self._release(frame[1], self._find(frame[2]), frame[3], frame[4])
-                elif tag == "forget":
-                    self._forget(frame[1], frame[2])
-                elif tag != "close":
+                slow = self._slow.get(type(frame))
+                if slow is not None:
+                    slow(frame)
+                elif not isinstance(frame, Close):
                     self._handle(frame)
         except (EOFError, OSError):
             pass
@@ -336,81 +362,74 @@ class ChildRenewer:
 
     def _handle(self, frame: tuple[Any, ...]) -> None:
         """A cheap frame, done by the reading thread before it lets go."""
-        tag = frame[0]
-        if tag == "add":
-            self._add(frame)
-        elif tag == "progress":
-            for key, at in frame[1]:
-                lease = self._leases.get(key)
-                if lease is not None and at > lease.last_progress():
-                    lease.progressed_at = at  # the worker's monotonic clock is ours
-        elif tag == "abandon":
-            lease = self._leases.get(frame[1])
-            if lease is not None:
-                lease.owner.abandon(lease, frame[2])
-        elif tag == "stats":
-            self._outbox.reply(("done", frame[1], self._manager.stats()))
-        elif tag == "observe":
-            self._forwarder.events = bool(frame[1])
-        elif tag == "close":
-            # Holding the read lock, nothing new starts; then what runs finishes, the
-            # manager closes (its releases told to the worker), and only then the
-            # reply: the worker's close() returns with every lease's end applied.
-            self._wait_idle(EXIT_RELEASE_TIMEOUT)
-            self._manager.close(release=frame[2], timeout=frame[3])
-            self._outbox.flush()
-            # The final counts ride on the reply: stats() after close() is asked here.
-            self._outbox.reply(("done", frame[1], self._manager.stats()))
-            self._done.set()
+        handler = self._cheap.get(type(frame))
+        if handler is None:
+            log.error("unknown frame %s from the worker", type(frame).__name__)
         else:
-            log.error("unknown frame %r from the worker", tag)
+            handler(frame)
 
-    def _add(self, frame: tuple[Any, ...]) -> None:
-        (
-            _,
-            key,
-            message_id,
-            receipt,
-            received_at,
-            visibility_timeout,
-            deadline_hint,
-            hard_deadline,
-            receive_count,
-            watch,
-            *queue,
-        ) = frame
+    def _progress(self, frame: Progress) -> None:
+        for key, at in frame.entries:
+            lease = self._leases.get(key)
+            if lease is not None and at > lease.last_progress():
+                lease.progressed_at = at  # the worker's monotonic clock is ours
+
+    def _abandon(self, frame: Abandon) -> None:
+        lease = self._leases.get(frame.key)
+        if lease is not None:
+            lease.owner.abandon(lease, frame.reason)
+
+    def _stats(self, frame: AskStats) -> None:
+        self._outbox.reply(Done(frame.request, self._manager.stats()))
+
+    def _observe(self, frame: Observe) -> None:
+        self._forwarder.events = bool(frame.on)
+
+    def _close(self, frame: Close) -> None:
+        # Holding the read lock, nothing new starts; then what runs finishes, the
+        # manager closes (its releases told to the worker), and only then the
+        # reply: the worker's close() returns with every lease's end applied.
+        self._wait_idle(EXIT_RELEASE_TIMEOUT)
+        self._manager.close(release=frame.release, timeout=frame.timeout)
+        self._outbox.flush()
+        # The final counts ride on the reply: stats() after close() is asked here.
+        self._outbox.reply(Done(frame.request, self._manager.stats()))
+        self._done.set()
+
+    def _add(self, frame: Add) -> None:
         message = Message(
-            id=message_id,
+            id=frame.message_id,
             body="",  # the renewer never needs the body: it stays in the worker
-            receipt=receipt,
-            backend=self._queues[queue[0] if queue else 0],
-            received_at=received_at,
-            visibility_timeout=visibility_timeout,
-            receive_count=receive_count,
-            deadline_hint=deadline_hint,
-            hard_deadline=hard_deadline,
+            receipt=frame.receipt,
+            backend=self._queues[frame.queue],
+            received_at=frame.received_at,
+            visibility_timeout=frame.visibility_timeout,
+            receive_count=frame.receive_count,
+            deadline_hint=frame.deadline_hint,
+            hard_deadline=frame.hard_deadline,
         )
         try:
-            lease = (self._manager.watch if watch else self._manager.register)(message)
+            lease = (self._manager.watch if frame.watch else self._manager.register)(message)
         except LeaseError as exc:
             lost = LostReason.LAPSED.value
-            self._outbox.put(("ended", key, LeaseState.LOST.value, lost, str(exc), True))
+            self._outbox.put(Ended(frame.key, LeaseState.LOST.value, lost, str(exc), True))
             return
-        self._leases[key] = lease
-        self._keys[id(lease)] = key
+        self._leases[frame.key] = lease
+        self._keys[id(lease)] = frame.key
 
-    def _forget(self, request: int, key: int) -> None:
+    def _forget(self, frame: Forget) -> None:
         """Stop renewing one lease; answered once no extend of it is in flight (it
         waits until the lease is free), off the reading thread so others go on."""
-        lease = self._leases.get(key)
+        lease = self._leases.get(frame.key)
         if lease is not None:
             lease.forget()
-        self._outbox.reply(("done", request, None))
+        self._outbox.reply(Done(frame.request, None))
 
     def _find(self, keys: Sequence[int]) -> list[Lease | None]:
         return [self._leases.get(key) for key in keys]
 
-    def _complete(self, request: int, leases: list[Lease | None]) -> None:
+    def _complete(self, frame: Complete) -> None:
+        leases = self._find(frame.keys)
         results: list[BaseException | None] = []
         known = [lease for lease in leases if lease is not None]
         if len(known) == 1 == len(leases):
@@ -425,22 +444,16 @@ class ChildRenewer:
         # Each lease's final extension count rides on the reply: the notices of its
         # last extends may still be queued behind it (or unread by a worker that was
         # holding its GIL), and a completed lease's count should be right at once.
-        self._outbox.reply(
-            (
-                "done",
-                request,
-                [
-                    (encode_error(result), 0 if lease is None else lease.extensions)
-                    for result, lease in zip(results, leases, strict=True)
-                ],
-            )
-        )
+        answers = [
+            (encode_error(result), 0 if lease is None else lease.extensions)
+            for result, lease in zip(results, leases, strict=True)
+        ]
+        self._outbox.reply(Done(frame.request, answers))
 
-    def _release(
-        self, request: int, leases: list[Lease | None], delay: float | None, stop: bool
-    ) -> None:
+    def _release(self, frame: Release) -> None:
+        delay, stop = frame.delay, frame.stop_handler
         results: list[BaseException | None] = []
-        for lease in leases:
+        for lease in self._find(frame.keys):
             if lease is None:
                 results.append(None)  # ended already here: nothing to release
                 continue
@@ -452,7 +465,7 @@ class ChildRenewer:
                 results.append(None)
             except (LeaseError, ValueError) as exc:
                 results.append(exc)
-        self._outbox.reply(("done", request, [encode_error(r) for r in results]))
+        self._outbox.reply(Done(frame.request, [encode_error(r) for r in results]))
 
 
 def _unknown() -> LeaseError:
@@ -527,22 +540,22 @@ def main(argv: Sequence[str]) -> int:
     for ignored in (signal.SIGINT, signal.SIGTERM):
         signal.signal(ignored, signal.SIG_IGN)
     conn = Connection(int(argv[1]))
-    path, parent, payload = recv_frame(conn)
-    sys.path[:0] = [entry for entry in path if entry not in sys.path]
-    watch = DeathWatch(parent)
+    hello: Hello = recv_frame(conn)
+    sys.path[:0] = [entry for entry in hello.path if entry not in sys.path]
+    watch = DeathWatch(hello.parent)
     renewer: ChildRenewer | None = None
     outbox: Outbox | None = None
     try:
         watch.start()
         try:
-            spec, config, *more = pickle.loads(payload)
+            spec, config, *more = pickle.loads(hello.payload)
         except Exception as exc:
-            send_frame(conn, ("failed", f"{type(exc).__name__}: {exc}"))
+            send_frame(conn, Failed(f"{type(exc).__name__}: {exc}"))
             return 1
         # Started: the worker goes on while the backend is built here (its SDK's
         # import is most of a second). Its frames wait in the socket until we serve;
         # if it dies meanwhile, they are read and released once we can.
-        send_frame(conn, ("started", os.getpid()))
+        send_frame(conn, Started(os.getpid()))
         watch.defer()
         try:
             manager = build_manager(spec, config)
@@ -552,14 +565,14 @@ def main(argv: Sequence[str]) -> int:
             # Type and text: a spec's build error says what is missing (an environment
             # variable, a credential) and, by the specs' design, holds no secret.
             with contextlib.suppress(OSError):
-                send_frame(conn, ("failed", f"{type(exc).__name__}: {exc}"))
+                send_frame(conn, Failed(f"{type(exc).__name__}: {exc}"))
             return 1
         outbox = Outbox(conn)
         renewer = ChildRenewer(conn, manager, outbox, more_queues)
         if watch.resume():
             renewer.serve(watch, gone=True)
         else:
-            outbox.put(("serving",))  # through the sender thread, the only one that sends
+            outbox.put(Serving())  # through the sender thread, the only one that sends
             renewer.serve(watch)
     except WorkerGone:
         # The worker died before serve() could take the notice; the watch is settled,

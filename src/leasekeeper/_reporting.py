@@ -8,17 +8,12 @@ once every lock is let go, on whichever leasekeeper thread gets there first.
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from collections.abc import Callable
 
 from leasekeeper._calls import Calls
 from leasekeeper._record import LeaseRecord, LeaseState
-from leasekeeper.reasons import LostReason
-
-log = logging.getLogger("leasekeeper.manager")
-
-OnLost = Callable[[LeaseRecord, LostReason], object]
+from leasekeeper._transitions import OnLost, tell_lost
 
 
 class Reporter:
@@ -72,19 +67,5 @@ class Reporter:
         # The handler hears first (lease.lost), so it can stop as early as possible;
         # on_lost runs after, on this same leasekeeper thread.
         record.signal()
-        if record.state is LeaseState.RELEASED:
-            return
-        reason = record.lost_reason or LostReason.LAPSED
-        log.warning(
-            "lease on message %r %s (%s): %s",
-            record.message.id,
-            record.state.value,
-            reason.value,
-            record.reason,
-        )
-        if self.on_lost is not None:
-            try:
-                self.on_lost(record, reason)
-            except Exception:
-                self._on_error()
-                log.exception("on_lost callback raised for message %r", record.message.id)
+        if record.state is not LeaseState.RELEASED:
+            tell_lost(record, self.on_lost, self._on_error)

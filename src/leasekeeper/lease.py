@@ -43,16 +43,9 @@ __all__ = [
 log = logging.getLogger("leasekeeper.manager")
 
 
-def not_a_message(value: object) -> TypeError:
-    """The error for registering something that is not a leasekeeper ``Message``."""
-    return TypeError(
-        "register() takes a leasekeeper Message (from backend.receive() or "
-        f"backend.adopt(raw)), got {type(value).__module__}.{type(value).__qualname__}"
-    )
-
-
 class LeaseOwner(Protocol):
-    """Where a lease's own operations go (the manager's handler operations)."""
+    """Everything a lease asks of its owner: the renewer that registered it
+    (``leasekeeper.renewer.Renewer`` extends this protocol)."""
 
     @property
     def clock(self) -> Clock: ...

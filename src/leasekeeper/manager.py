@@ -38,7 +38,7 @@ from leasekeeper.failures import Failures, resolve_dead_letter
 from leasekeeper.lease import Lease, LeaseScope, OnLost, WatchLease
 from leasekeeper.observers import Observer
 from leasekeeper.reasons import LostReason
-from leasekeeper.renewer import Renewer, RenewerChoice, make_renewer
+from leasekeeper.renewer import Renewer, RenewerChoice, make_renewer, unknown_renewer
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -121,6 +121,8 @@ class LeaseManager:
                 )
             self.config = renewer.config
             clock = renewer.clock
+        else:
+            raise unknown_renewer(renewer)
         self.backend = backend
         if backend is not None:
             check_backend(backend, self.config)
@@ -359,7 +361,7 @@ class LeaseManager:
         ``delay`` (default: ``release_delay`` grown per receive, jittered), or, when it
         is a poison message and there is a dead-letter queue, send it there and delete
         it. One WARNING line says which. What ``with held:`` does on an exception."""
-        self.failures.fail(lease, error, delay)
+        self._renewer.fail(lease, error, delay)
 
     def fail_soon(
         self, lease: Lease, error: BaseException | None = None, delay: float | None = None

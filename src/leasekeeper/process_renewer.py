@@ -27,12 +27,10 @@ The worker's own death is the renewer's to notice (see ``_renewer_main``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import logging
 import math
 import os
-import pickle
 import queue
 import threading
 import time
@@ -40,16 +38,52 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from leasekeeper._batch_ops import one_by_one, singles
+from leasekeeper._calls import Calls
+from leasekeeper._frames import (
+    Abandon,
+    Add,
+    AskStats,
+    Close,
+    Complete,
+    Ended,
+    Event,
+    Extended,
+    Forget,
+    Observe,
+    Progress,
+    Release,
+    Rolling,
+    decode_error,
+    progress_interval,
+)
 from leasekeeper._metrics import Stats
 from leasekeeper._record import LeaseState
-from leasekeeper._renewer_link import DIED, RenewerLink
-from leasekeeper._wire import decode_error, progress_interval
-from leasekeeper.backends.base import Backend, CloudBackend, Message
+from leasekeeper._renewed_queues import RenewedQueues
+from leasekeeper._renewer_link import DIED, LinkMaker, RenewerLink
+from leasekeeper._renewer_stats import StatsBook
+from leasekeeper._transitions import (
+    COMPLETED,
+    FORGOTTEN,
+    SUPERSEDED,
+    admit,
+    closed_error,
+    completable,
+    ended_lease,
+    mark_ended,
+    no_deadline,
+    not_a_message,
+    releasable,
+    released,
+    signals,
+    tell_lost,
+)
+from leasekeeper.backends.base import Backend, Message
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, SystemClock
 from leasekeeper.config import LeaseConfig
-from leasekeeper.errors import ConfigError, LeaseError, LeaseLost, LeaseTooShort, ManagerClosed
+from leasekeeper.errors import ConfigError, LeaseError, LeaseLost, ManagerClosed
 from leasekeeper.failures import Failures
-from leasekeeper.lease import Lease, OnLost, WatchLease, not_a_message
+from leasekeeper.lease import Lease, OnLost, WatchLease
 from leasekeeper.observers import CallEvent, Observer
 from leasekeeper.reasons import Ending, LostReason
 
@@ -95,14 +129,9 @@ class ProcessRenewer:
         clock = SYSTEM_CLOCK if clock is None else clock
         if not isinstance(clock, SystemClock):
             raise ConfigError("renewer='process' runs on the system clock; got another clock")
-        spec_of = getattr(backend, "spec", None)
-        if spec_of is None:
-            raise ConfigError(
-                f"renewer='process' needs a backend with spec() (SQS, MNS, Azure); "
-                f"{backend!r} has none"
-            )
-        self.backend = backend
         self._queues = RenewedQueues(backend, queues)  # every queue it renews
+        payload = self._queues.payload(config)  # ConfigError for a backend with no spec
+        self.backend = backend
         self._config = config
         self._clock = clock
         # Guards _leases, _by_message, _closed, _link, _maker and _book.
@@ -111,14 +140,24 @@ class ProcessRenewer:
         self._by_message: dict[tuple[int, str], RemoteLease] = {}
         self._keys = itertools.count(1)
         self._closed = False
-        self.observers: tuple[Observer, ...] = ()
         self._book = StatsBook()
+        # The observers, told as the thread renewer tells them (one that raises counted).
+        self._calls = Calls(on_error=self._book.count_callback_error)
         # The handlers' progress, to the renewer (only with stall_timeout).
         self._progress = ProgressRelay.of(config, self._send_quietly)
-        self._notifier = Notifier()
+        self._notifier = Notifier(self._book.count_callback_error)
         #: What a handler's failure does (``leasekeeper.failures``); the manager binds its own.
         self.failures = Failures(config, None)
-        self._maker = LinkMaker(self._queues.all, self._queues.payload(spec_of(), config))
+        # A subclass's own complete/release sees every lease of the batch forms.
+        self._completes_one_by_one, self._releases_one_by_one = singles(self, ProcessRenewer)
+        # What the renewer's notices do (on the link's reader thread).
+        self._notices: dict[type, Callable[[Any], None]] = {
+            Extended: self._extended,
+            Ended: self._ended,
+            Rolling: self._rolling,
+            Event: self._forward_event,
+        }
+        self._maker = LinkMaker(self._queues.all, payload)
         self._link: RenewerLink | None = self._maker.start(self._apply, self._link_gone)
         _live.add(self)
 
@@ -126,23 +165,27 @@ class ProcessRenewer:
 
     def _apply(self, frame: tuple[Any, ...]) -> None:
         """A notice from the renewer (on the link's reader thread)."""
-        tag = frame[0]
-        if tag == "extended":  # key, receipt, visible_until, extensions
-            lease = self._leases.get(frame[1])
-            if lease is not None:
-                lease.receipt, lease.visible_until, lease.extensions = frame[2:]
-        elif tag == "ended":
-            _, key, state, lost, detail, signal = frame
-            lease = self._leases.get(key)
-            if lease is not None:
-                ending = Ending(None if lost is None else LostReason(lost), detail)
-                self._end(lease, LeaseState(state), ending, signal=signal)
-        elif tag == "rolling":
-            lease = self._leases.get(frame[1])
-            if lease is not None:
-                lease.signal_rolling()
-        elif tag == "event":
-            self._forward_event(frame[1], frame[2])
+        handler = self._notices.get(type(frame))
+        if handler is not None:
+            handler(frame)
+
+    def _extended(self, frame: Extended) -> None:
+        lease = self._leases.get(frame.key)
+        if lease is not None:
+            lease.receipt, lease.visible_until = frame.receipt, frame.visible_until
+            lease.extensions = frame.extensions
+
+    def _ended(self, frame: Ended) -> None:
+        lease = self._leases.get(frame.key)
+        if lease is not None:
+            lost = None if frame.lost_reason is None else LostReason(frame.lost_reason)
+            ending = Ending(lost, frame.detail)
+            self._end(lease, LeaseState(frame.state), ending, signal=frame.stop_handler)
+
+    def _rolling(self, frame: Rolling) -> None:
+        lease = self._leases.get(frame.key)
+        if lease is not None:
+            lease.signal_rolling()
 
     def _link_gone(self, link: RenewerLink) -> None:
         """The renewer died: its leases are lost; a new one takes the new leases."""
@@ -222,30 +265,26 @@ class ProcessRenewer:
     def _add(self, message: Message, *, watch: bool) -> Lease:
         if not isinstance(message, Message):
             raise not_a_message(message)
-        ended_ref = message.ended_lease
-        if ended_ref is not None and not self._closed:
-            ended = ended_ref()
-            if isinstance(ended, RemoteLease) and ended.owner is self:
+        if message.ended_lease is not None and not self._closed:
+            ended = ended_lease(message, self)
+            if isinstance(ended, RemoteLease):
                 return ended  # its lease ended: the same lease, not a second one
         index = self._queues.require(message.backend)
-        visible_until = message.visible_until
-        if not math.isfinite(visible_until):
-            raise ValueError(
-                f"message {message.id!r} has no finite deadline ({visible_until!r}): "
-                "give it a finite visibility_timeout"
-            )
+        if not math.isfinite(message.visible_until):
+            raise no_deadline(message)
+        link = self._link
+        if link is not None and link.failure is not None:
+            # It could not build its backend: refused here (ConfigError with the
+            # reason), not held to be reported lost when it goes.
+            link.wait_serving()
         now = self._clock.now()
-        superseded: RemoteLease | None = None
         with self._registry_lock:
             if self._closed:
-                raise ManagerClosed("this LeaseManager is closed; it takes no new leases")
-            existing = self._by_message.get((index, message.id))
-            if existing is not None:
-                if existing.message is message or existing.receipt == message.receipt:
-                    return existing
-                superseded = existing
-            if visible_until - now < self._config.minimal_life:
-                raise LeaseTooShort(message.id, visible_until - now, self._config.minimal_life)
+                raise closed_error()
+            superseded = self._by_message.get((index, message.id))
+            same = admit(superseded, message, now, self._config.minimal_life)
+            if same is not None:
+                return same
             if self._link is None:
                 self._link = self._maker.start(self._apply, self._link_gone)  # the last died
             lease = (RemoteWatchLease if watch else RemoteLease)(self, message, now)
@@ -256,8 +295,7 @@ class ProcessRenewer:
         if superseded is not None:
             self._end(superseded, LeaseState.LOST, SUPERSEDED)
         self._send(
-            (
-                "add",
+            Add(
                 key,
                 message.id,
                 message.receipt,
@@ -273,19 +311,13 @@ class ProcessRenewer:
         return lease
 
     def complete(self, lease: Lease) -> None:
-        (result,) = self.complete_many([lease])
-        if result is not None:
-            raise result
+        _raise_any(self._complete_all([lease]))
 
     def release(self, lease: Lease, delay: float | None = None) -> None:
-        (result,) = self._release([lease], delay, stop=False)
-        if result is not None:
-            raise result
+        _raise_any(self._release([lease], delay, stop=False))
 
     def revoke(self, lease: Lease, delay: float = 0.0) -> None:
-        (result,) = self._release([lease], delay, stop=True)
-        if result is not None:
-            raise result
+        _raise_any(self._release([lease], delay, stop=True))
 
     def abandon(self, lease: Lease, reason: str) -> None:
         remote = _as_remote(lease)
@@ -293,7 +325,7 @@ class ProcessRenewer:
             remote, LeaseState.ABANDONED, Ending(LostReason.DELETE_FAILED, reason), signal=True
         )
         with contextlib.suppress(LeaseLost, OSError):  # gone: nothing renews it anyway
-            self._send(("abandon", remote.key, reason))
+            self._send(Abandon(remote.key, reason))
 
     def fail(self, lease: Lease, error: BaseException | None, delay: float | None = None) -> None:
         """The handler failed: ``Failures`` releases the message or dead-letters it
@@ -316,22 +348,27 @@ class ProcessRenewer:
         if remote.state is not LeaseState.ACTIVE:
             return
         # The renewer answers once no extend of it is in flight there.
-        self._ask(lambda r: ("forget", r, remote.key))
+        self._ask(lambda r: Forget(r, remote.key))
         self._end(remote, LeaseState.FORGOTTEN, FORGOTTEN)
 
     def complete_many(self, leases: Sequence[Lease]) -> list[BaseException | None]:
+        if self._completes_one_by_one:
+            return one_by_one(self.complete, leases)
+        return self._complete_all(leases)
+
+    def _complete_all(self, leases: Sequence[Lease]) -> list[BaseException | None]:
         remotes = [_as_remote(lease) for lease in leases]
         results: list[BaseException | None] = [None] * len(remotes)
         asked: list[int] = []
         for i, lease in enumerate(remotes):
             try:
-                if _check_completable(lease, self._clock.now()):
+                if completable(lease, self._clock.now()):
                     asked.append(i)
             except LeaseError as exc:
                 results[i] = exc
         if not asked:
             return results
-        payload = self._ask(lambda r: ("complete", r, [remotes[i].key for i in asked]))
+        payload = self._ask(lambda r: Complete(r, [remotes[i].key for i in asked]))
         answers = _per_lease(payload, len(asked), dead=(_DIED_ERROR, None))
         for i, (encoded, extensions) in zip(asked, answers, strict=True):
             lease = remotes[i]
@@ -348,6 +385,8 @@ class ProcessRenewer:
     def release_many(
         self, leases: Sequence[Lease], delay: float | None = None
     ) -> list[BaseException | None]:
+        if self._releases_one_by_one:
+            return one_by_one(lambda lease: self.release(lease, delay), leases)
         return self._release(leases, delay, stop=False)
 
     def _release(
@@ -357,21 +396,19 @@ class ProcessRenewer:
         results: list[BaseException | None] = [None] * len(remotes)
         asked: list[int] = []
         for i, lease in enumerate(remotes):
-            if lease.state is LeaseState.COMPLETED:
-                results[i] = LeaseError(
-                    f"lease on message {lease.id!r} was completed; cannot release"
-                )
-            elif lease.state is LeaseState.ACTIVE:
-                asked.append(i)
+            try:
+                if releasable(lease):
+                    asked.append(i)
+            except LeaseError as exc:
+                results[i] = exc
         if not asked:
             return results
-        payload = self._ask(lambda r: ("release", r, [remotes[i].key for i in asked], delay, stop))
+        payload = self._ask(lambda r: Release(r, [remotes[i].key for i in asked], delay, stop))
         for i, encoded in zip(asked, _per_lease(payload, len(asked)), strict=True):
             lease = remotes[i]
             error = decode_error(encoded)
             if error is None:
-                detail = "released at shutdown" if stop else "released"
-                self._end(lease, LeaseState.RELEASED, Ending(None, detail), signal=stop)
+                self._end(lease, LeaseState.RELEASED, released(delay, stop), signal=stop)
             elif isinstance(error, LeaseLost):
                 self._end(lease, LeaseState.LOST, _ending_of(error), signal=True)
             results[i] = error
@@ -382,24 +419,19 @@ class ProcessRenewer:
     ) -> None:
         """Apply an ending here (once): state, registry, the handler's signal, on_lost."""
         with self._registry_lock:
-            if lease.state is not LeaseState.ACTIVE and not (
-                lease.state is LeaseState.ABANDONED and state is LeaseState.COMPLETED
-            ):
+            if not mark_ended(lease, state, ending):
                 return
-            lease.state = state
-            lease.ending = ending
-            lease.message.ended_lease = weakref.ref(lease)
             if self._leases.get(lease.key) is lease:
                 del self._leases[lease.key]
             known = (self._queues.index(lease.message.backend) or 0, lease.id)
             if self._by_message.get(known) is lease:
                 del self._by_message[known]
-        if signal or state in (LeaseState.LOST, LeaseState.ABANDONED):
+        if signals(state, signal):
             lease.signal()
-        if state in (LeaseState.LOST, LeaseState.ABANDONED):
-            self._notifier.put(lease, ending.lost_reason or LostReason.LAPSED)
-        for observer in self.observers:
-            _tell(observer, "on_ended", lease, state, ending.detail)
+            if state is LeaseState.LOST or state is LeaseState.ABANDONED:
+                self._notifier.put(lease)
+        if self._calls.observers:
+            self._calls.tell("on_ended", lease, state, ending.detail)
 
     # ------------------------------------------------------------------ the rest
 
@@ -417,54 +449,35 @@ class ProcessRenewer:
             return len(self._leases)
 
     def stats(self) -> Stats:
-        payload = self._ask(lambda r: ("stats", r)) if not self._closed else None
+        payload = self._ask(AskStats) if not self._closed else None
         with self._registry_lock:
             return self._book.total(payload, in_flight=len(self._leases))
 
     def add_observer(self, observer: Observer) -> None:
-        self.observers = (*self.observers, observer)
-        self._send_quietly(("observe", True))
+        self._calls.observers = (*self._calls.observers, observer)
+        self._send_quietly(Observe(True))
 
     def remove_observer(self, observer: Observer) -> None:
-        self.observers = tuple(o for o in self.observers if o is not observer)
-        if not self.observers:
-            self._send_quietly(("observe", False))
+        self._calls.observers = tuple(o for o in self._calls.observers if o is not observer)
+        if not self._calls.observers:
+            self._send_quietly(Observe(False))
 
     def _send_quietly(self, frame: tuple[Any, ...]) -> None:
         with contextlib.suppress(LeaseLost, OSError):
             self._send(frame)
 
-    def _forward_event(self, callback: str, args: tuple[Any, ...]) -> None:
+    def _forward_event(self, frame: Event) -> None:
+        callback, args = frame
         if callback == "on_call":
             operation, entries, seconds, outcomes, error, *queue = args
             backend = self._queues.all[queue[0] if queue else 0]
             event = CallEvent(operation, backend, entries, seconds, outcomes, error)
-            for observer in self.observers:
-                _tell(observer, "on_call", event)
+            self._calls.tell("on_call", event)
             return
         key, value = args
         lease = self._leases.get(key)
         if lease is not None:
-            for observer in self.observers:
-                _tell(observer, callback, lease, value)
-
-    def close(self, release: bool = True, timeout: float | None = None) -> None:
-        with self._registry_lock:
-            if self._closed:
-                return
-            self._closed = True
-            link = self._link
-        if link is not None:
-            link.closing = True
-            final = self._ask(lambda r: ("close", r, release, timeout))
-            if isinstance(final, Stats):
-                with self._registry_lock:
-                    self._book.last = final  # what it counted, to its close
-            link.close(None if timeout is None else timeout + 5.0)
-        if self._progress is not None:
-            self._progress.close()
-        self._notifier.close()
-        _live.discard(self)
+            self._calls.tell(callback, lease, value)
 
     def forget_after_fork(self) -> None:
         """In a forked child of the worker: the leases and the renewer are the
@@ -474,81 +487,23 @@ class ProcessRenewer:
         if link is not None:
             link.drop()
 
-
-class RenewedQueues:
-    """The queues a process renewer renews: ``backend`` first, then a multi-queue
-    worker's others. An ``add`` frame names its lease's queue by index; the renewer
-    process rebuilds each from its spec. Leases are found by (queue index, message
-    id): two queues' ids may coincide (Redis streams)."""
-
-    def __init__(self, backend: Backend, more: Sequence[Backend]) -> None:
-        self.all: tuple[Backend, ...] = (backend, *(q for q in more if q is not backend))
-        self._index = {id(each): index for index, each in enumerate(self.all)}
-        for each in self.all[1:]:
-            if getattr(each, "spec", None) is None:
-                raise ConfigError(
-                    f"renewer='process' needs backends with spec() (SQS, MNS, Azure); "
-                    f"{each!r} has none"
-                )
-
-    def index(self, backend: object) -> int | None:
-        """The index of ``backend`` (None: not one of these)."""
-        index = self._index.get(id(backend))
-        return index if index is not None and self.all[index] is backend else None
-
-    def require(self, backend: object) -> int:
-        """The index of ``backend``; ConfigError when it is not one of these."""
-        index = self.index(backend)
-        if index is None:
-            raise ConfigError(
-                f"a process renewer renews the messages of {', '.join(map(repr, self.all))} "
-                f"only, not of {backend!r}"
-            )
-        return index
-
-    def payload(self, spec: Any, config: LeaseConfig) -> bytes:
-        """What the renewer process reads: (spec, config) and, for more queues, theirs."""
-        more = [queue.spec() for queue in self.all[1:]]  # type: ignore[attr-defined]
-        return pickle.dumps((spec, config, more) if more else (spec, config))
-
-
-class LinkMaker:
-    """Starts the renewer processes of one ``ProcessRenewer`` - and no more of them
-    once one could not build its backend: another would fail the same way."""
-
-    def __init__(self, backends: Sequence[Backend], payload: bytes) -> None:
-        self._backends = backends
-        self._payload = payload  # the pickled (spec, config)
-        self._unbuildable: str | None = None  # why one could not build its backend
-
-    @property
-    def unbuildable(self) -> bool:
-        return self._unbuildable is not None
-
-    def start(
-        self,
-        on_frame: Callable[[tuple[Any, ...]], None],
-        on_gone: Callable[[RenewerLink], None],
-    ) -> RenewerLink:
-        if self._unbuildable is not None:
-            raise ConfigError(f"the renewer process could not start: {self._unbuildable}")
-        return RenewerLink(
-            self._payload, on_frame=on_frame, on_gone=on_gone, precheck=self._credentials_problem
-        )
-
-    def ended(self, link: RenewerLink) -> None:
-        """``link``'s renewer is gone; if it never served, it could not build."""
-        if link.failure is not None:
-            self._unbuildable = link.failure
-
-    def _credentials_problem(self) -> str | None:
-        """What the renewer's backends would lack, asked of these (no request)."""
-        for backend in self._backends:
-            if isinstance(backend, CloudBackend):
-                problem = backend.credentials_problem()
-                if problem is not None:
-                    return problem
-        return None
+    def close(self, release: bool = True, timeout: float | None = None) -> None:
+        with self._registry_lock:
+            if self._closed:
+                return
+            self._closed = True
+            link = self._link
+        if link is not None:
+            link.closing = True
+            final = self._ask(lambda r: Close(r, release, timeout))
+            if isinstance(final, Stats):
+                with self._registry_lock:
+                    self._book.last = final  # what it counted, to its close
+            link.close(None if timeout is None else timeout + 5.0)
+        if self._progress is not None:
+            self._progress.close()
+        self._notifier.close()
+        _live.discard(self)
 
 
 class ProgressRelay:
@@ -578,7 +533,7 @@ class ProgressRelay:
     def progress(self, lease: RemoteLease, now: float) -> None:
         if now - lease.progress_told >= self.interval:
             lease.progress_told = now
-            self._send(("progress", [(lease.key, now)]))
+            self._send(Progress([(lease.key, now)]))
             return
         with self._lock:
             self._pending[lease.key] = (lease, now)
@@ -601,7 +556,7 @@ class ProgressRelay:
                 pending, self._pending = self._pending, {}
             for lease, at in pending.values():
                 lease.progress_told = at
-            self._send(("progress", [(lease.key, at) for lease, at in pending.values()]))
+            self._send(Progress([(lease.key, at) for lease, at in pending.values()]))
 
     def close(self) -> None:
         with self._lock:
@@ -609,50 +564,22 @@ class ProgressRelay:
             self._lock.notify()
 
 
-class StatsBook:
-    """A process renewer's figures: what renewers that died had counted, the latest
-    figures of the current one, and the rollovers counted here (they happen in the
-    worker, which sends the continuation)."""
-
-    def __init__(self) -> None:
-        self.base = _zero_stats()  # what renewers that died had counted
-        self.last = _zero_stats()  # the latest figures of the current one
-        self.rolled_over = 0
-
-    def renewer_died(self, held: int) -> None:
-        """The current renewer died holding ``held`` leases: they count as lost."""
-        base = _sum_stats(self.base, self.last)
-        self.last = _zero_stats()
-        died = dict(base.lost_reasons)
-        died[LostReason.RENEWER_DIED.value] = died.get(LostReason.RENEWER_DIED.value, 0) + held
-        self.base = dataclasses.replace(base, lost=base.lost + held, lost_reasons=died)
-
-    def total(self, payload: object, *, in_flight: int) -> Stats:
-        """The figures, with ``payload`` (a ``Stats``) as the current renewer's newest."""
-        if isinstance(payload, Stats):
-            self.last = payload
-        total = _sum_stats(self.base, self.last)
-        return dataclasses.replace(
-            total, in_flight=in_flight, rolled_over=total.rolled_over + self.rolled_over
-        )
-
-
 class Notifier:
-    """The notifier thread: ``on_lost`` and its log line, off the link's reader thread
-    (a callback may call ``complete()``, which waits for the reader)."""
+    """The notifier thread: ``on_lost`` and its log line (``_transitions.tell_lost``),
+    off the link's reader thread (a callback may call ``complete()``, which waits for
+    the reader)."""
 
-    def __init__(self) -> None:
+    def __init__(self, count_error: Callable[[], None]) -> None:
         self.on_lost: OnLost | None = None
-        self._notices: queue.SimpleQueue[tuple[RemoteLease, LostReason] | None] = (
-            queue.SimpleQueue()
-        )
+        self._count_error = count_error
+        self._notices: queue.SimpleQueue[RemoteLease | None] = queue.SimpleQueue()
         self._thread = threading.Thread(
             target=self._run, name="leasekeeper-renewer-notify", daemon=True
         )
         self._thread.start()
 
-    def put(self, lease: RemoteLease, reason: LostReason) -> None:
-        self._notices.put((lease, reason))
+    def put(self, lease: RemoteLease) -> None:
+        self._notices.put(lease)
 
     def close(self) -> None:
         self._notices.put(None)
@@ -661,24 +588,17 @@ class Notifier:
 
     def _run(self) -> None:
         while True:
-            notice = self._notices.get()
-            if notice is None:
+            lease = self._notices.get()
+            if lease is None:
                 return
-            lease, reason = notice
-            log.warning(
-                "lease on message %r %s (%s): %s",
-                lease.id,
-                lease.state.value,
-                reason.value,
-                lease.reason,
-            )
-            callback = self.on_lost
-            if callback is None:
-                continue
-            try:
-                callback(lease, reason)
-            except Exception:
-                log.exception("on_lost callback raised for message %r", lease.id)
+            tell_lost(lease, self.on_lost, self._count_error)
+
+
+def _raise_any(results: list[BaseException | None]) -> None:
+    """A single operation's outcome: raise the one result's error, if any."""
+    (error,) = results
+    if error is not None:
+        raise error
 
 
 def _as_remote(lease: Lease) -> RemoteLease:
@@ -687,36 +607,14 @@ def _as_remote(lease: Lease) -> RemoteLease:
     return lease
 
 
-def _check_completable(lease: RemoteLease, now: float) -> bool:
-    """What ``complete()`` can tell without asking the renewer: False when it is
-    completed already; raises when it cannot be completed."""
-    state = lease.state
-    if state is LeaseState.ACTIVE:
-        return True
-    if state is LeaseState.COMPLETED:
-        return False
-    if state is LeaseState.RELEASED:
-        if lease.signalled:
-            raise LeaseLost(lease.id, lease.reason or "released")
-        raise LeaseError(f"lease on message {lease.id!r} was released; it cannot be completed")
-    if state is LeaseState.FORGOTTEN:
-        raise LeaseError(f"lease on message {lease.id!r} was forgotten; its owner ends it")
-    if state is LeaseState.LOST or now >= lease.visible_until:
-        raise LeaseLost(lease.id, lease.reason or str(state), lease.lost_reason)
-    return True  # abandoned, and its message still hidden
-
-
 def _ending_of(error: LeaseLost) -> Ending:
     return Ending(error.lost_reason or LostReason.LAPSED, error.reason)
 
 
-COMPLETED = Ending(None, "completed")
-FORGOTTEN = Ending(None, "forgotten: its owner took it back")
-SUPERSEDED = Ending(LostReason.SUPERSEDED, "superseded: the message was received again")
 RENEWER_DIED = Ending(LostReason.RENEWER_DIED, DIED)
 
 
-_DIED_ERROR = ("LeaseLost", ("-", DIED, LostReason.RENEWER_DIED))  # encoded as _wire encodes errors
+_DIED_ERROR = ("LeaseLost", ("-", DIED, LostReason.RENEWER_DIED))  # as _frames encodes errors
 
 
 def _per_lease(payload: Any, count: int, dead: Any = _DIED_ERROR) -> list[Any]:
@@ -724,32 +622,6 @@ def _per_lease(payload: Any, count: int, dead: Any = _DIED_ERROR) -> list[Any]:
     if payload == DIED or not isinstance(payload, list) or len(payload) != count:
         return [dead] * count
     return payload
-
-
-def _tell(observer: Observer, callback: str, *args: Any) -> None:
-    try:
-        getattr(observer, callback)(*args)
-    except Exception:
-        log.exception("observer %r raised in %s", observer, callback)
-
-
-def _zero_stats() -> Stats:
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(Stats):
-        values[f.name] = {} if f.name == "lost_reasons" else 0 if f.type in ("int", int) else 0.0
-    return Stats(**values)
-
-
-def _sum_stats(a: Stats, b: Stats) -> Stats:
-    """Counters add up; percentiles are the newer renewer's."""
-    fields: dict[str, Any] = {}
-    for f in dataclasses.fields(Stats):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, dict):
-            fields[f.name] = {k: x.get(k, 0) + y.get(k, 0) for k in {*x, *y}}
-        else:
-            fields[f.name] = x + y if isinstance(x, int) else y
-    return Stats(**fields)
 
 
 def _forget_after_fork() -> None:

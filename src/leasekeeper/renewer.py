@@ -31,7 +31,7 @@ from leasekeeper.clock import Clock, SystemClock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError
 from leasekeeper.failures import Failures
-from leasekeeper.lease import Lease, WatchLease
+from leasekeeper.lease import Lease, LeaseOwner, WatchLease
 from leasekeeper.observers import Observer
 from leasekeeper.reasons import LostReason
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from leasekeeper._metrics import Stats
 
-__all__ = ["OnLost", "Renewer", "RenewerChoice", "make_renewer"]
+__all__ = ["OnLost", "Renewer", "RenewerChoice", "make_renewer", "unknown_renewer"]
 
 log = logging.getLogger("leasekeeper.renewer")
 
@@ -59,12 +59,16 @@ WITHOUT_PROCESS = (
 
 
 @runtime_checkable
-class Renewer(Protocol):
+class Renewer(LeaseOwner, Protocol):
     """What a ``LeaseManager`` asks of whoever renews its leases.
 
-    Registering returns the handler's ``Lease``; its ``complete``/``release``/
-    ``forget`` come back here through ``lease.owner``. Lost and abandoned leases are
-    reported to the callback given to ``bind`` (from a leasekeeper thread).
+    Registering returns the handler's ``Lease``, whose ``owner`` is this renewer:
+    everything the lease asks (``LeaseOwner``: ``complete``, ``release``, ``forget``,
+    ``fail``, ``abandon``, ``progress``, ``rolled_over``) comes back here, so a
+    subclass of a standard renewer that overrides one of them sees every call (its
+    batch forms then go one lease at a time, unless it overrides those too). Lost
+    and abandoned leases are reported to the callback given to ``bind`` (from a
+    leasekeeper thread).
     ``complete_many``/``release_many`` answer per lease: None, or the exception the
     single form would have raised. ``close(release=True)`` releases every active
     lease (watch leases are forgotten) and takes no new ones.
@@ -111,6 +115,14 @@ class Renewer(Protocol):
     def complete(self, lease: Lease) -> None: ...
 
     def release(self, lease: Lease, delay: float | None = None) -> None: ...
+
+    def progress(self, lease: Lease) -> None:
+        """The handler made progress (``stall_timeout``)."""
+        ...
+
+    def rolled_over(self, lease: Lease) -> None:
+        """Count a rollover: the continuation was sent and the original deleted."""
+        ...
 
     def revoke(self, lease: Lease, delay: float = 0.0) -> None:
         """Release under the handler's feet (a shutdown): ``lease.lost`` is set."""
@@ -186,8 +198,14 @@ def make_renewer(
         return ProcessRenewer(backend, config, clock=clock, queues=others)
     if isinstance(choice, Renewer):
         return choice
-    raise ConfigError(
-        f"renewer must be 'thread', 'process', 'auto' or a leasekeeper.Renewer, got {choice!r}"
+    raise unknown_renewer(choice)
+
+
+def unknown_renewer(choice: object) -> ConfigError:
+    """The error for a ``renewer=`` that names no renewer."""
+    return ConfigError(
+        "renewer must be 'thread', 'process', 'auto' or a Renewer instance "
+        f"(leasekeeper.ThreadRenewer, leasekeeper.ProcessRenewer, or your own), got {choice!r}"
     )
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from leasekeeper import (
     BackendError,
+    ConfigError,
+    Lease,
     LeaseError,
     LeaseLost,
     LeaseManager,
@@ -706,3 +708,52 @@ def test_a_returned_extend_leaves_no_wakeup_at_its_old_deadline(
     assert lease.extensions == 1
     assert manager.next_wakeup() == pytest.approx(lease.visible_until - 10)
     assert manager.next_wakeup() > first_deadline
+
+
+@pytest.mark.parametrize("choice", [None, 42, "threads", object()])
+def test_a_renewer_that_names_no_renewer_is_a_config_error(choice: Any) -> None:
+    with pytest.raises(ConfigError) as raised:
+        LeaseManager(MemoryQueue(), renewer=choice)
+    for name in ("'thread'", "'process'", "'auto'", "Renewer instance"):
+        assert name in str(raised.value)
+
+
+def test_a_thread_renewer_subclass_sees_every_complete_release_and_fail() -> None:
+    from leasekeeper import ThreadRenewer
+
+    calls: list[str] = []
+
+    class Counting(ThreadRenewer):
+        def complete(self, lease: Lease) -> None:
+            calls.append("complete")
+            super().complete(lease)
+
+        def release(self, lease: Lease, delay: float | None = None) -> None:
+            calls.append("release")
+            super().release(lease, delay)
+
+        def fail(
+            self, lease: Lease, error: BaseException | None, delay: float | None = None
+        ) -> None:
+            calls.append("fail")
+            super().fail(lease, error, delay)
+
+    clock = ManualClock()
+    queue = MemoryQueue(visibility_timeout=30, clock=clock)
+    for i in range(6):
+        queue.send(f"job {i}")
+    manager = LeaseManager(queue, renewer=Counting(clock=clock))
+    a, b, c, d, e, f = manager.receive(max_messages=6)
+    with a:
+        pass
+    b.complete()
+    assert manager.complete_many([c]) == [None]
+    assert manager.complete_soon(d).result(5) is None
+    with pytest.raises(RuntimeError), e:
+        raise RuntimeError("the handler failed")
+    assert manager.release_many([f]) == [None]
+    assert calls == ["complete"] * 4 + ["fail", "release", "release"]
+    assert [x.state for x in (a, b, c, d, e, f)] == [LeaseState.COMPLETED] * 4 + [
+        LeaseState.RELEASED
+    ] * 2
+    manager.close()
