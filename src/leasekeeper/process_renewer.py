@@ -45,6 +45,7 @@ from leasekeeper._record import LeaseState
 from leasekeeper._renewer_link import DIED, RenewerLink
 from leasekeeper._wire import decode_error, progress_interval
 from leasekeeper.backends.base import Backend, CloudBackend, Message
+from leasekeeper.backends.spec import renewal_spec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, SystemClock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError, LeaseError, LeaseLost, LeaseTooShort, ManagerClosed
@@ -78,7 +79,9 @@ class ProcessRenewer:
 
     ``ProcessRenewer(backend, config=None, *, clock=None, **config_fields)``: the
     renewer process builds its own backend from ``backend.spec()`` (credentials from
-    the environment it inherits) and runs a ``ThreadRenewer`` there.
+    the environment it inherits, or the ones the worker's client was given in code,
+    sent over its socket: ``leasekeeper.backends.spec.renewal_spec``) and runs a
+    ``ThreadRenewer`` there.
     """
 
     name = "process"
@@ -95,12 +98,7 @@ class ProcessRenewer:
         clock = SYSTEM_CLOCK if clock is None else clock
         if not isinstance(clock, SystemClock):
             raise ConfigError("renewer='process' runs on the system clock; got another clock")
-        spec_of = getattr(backend, "spec", None)
-        if spec_of is None:
-            raise ConfigError(
-                f"renewer='process' needs a backend with spec() (SQS, MNS, Azure); "
-                f"{backend!r} has none"
-            )
+        spec = renewal_spec(backend)  # ConfigError for a backend that has none
         self.backend = backend
         self._config = config
         self._clock = clock
@@ -117,7 +115,7 @@ class ProcessRenewer:
         self._notifier = Notifier()
         #: What a handler's failure does (``leasekeeper.failures``); the manager binds its own.
         self.failures = Failures(config, None)
-        self._maker = LinkMaker(backend, pickle.dumps((spec_of(), config)))
+        self._maker = LinkMaker(backend, pickle.dumps((spec, config)))
         self._link: RenewerLink | None = self._maker.start(self._apply, self._link_gone)
         _live.add(self)
 

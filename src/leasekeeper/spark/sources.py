@@ -26,8 +26,8 @@ from typing import Any
 
 from leasekeeper.backends import spec as specs
 from leasekeeper.backends.base import Backend
-from leasekeeper.backends.registry import URLSpec, factory_for, parse_url
-from leasekeeper.backends.spec import BackendSpec
+from leasekeeper.backends.spec import BackendSpec, URLSpec
+from leasekeeper.backends.urls import factory_for, parse_url
 
 #: Anything with ``build() -> Backend`` that pickles (the older name of BackendSpec).
 Source = BackendSpec
