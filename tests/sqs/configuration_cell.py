@@ -138,7 +138,7 @@ def spark_drains(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 spark,
                 handler=drained_by,
                 output=cell["output"],
-                partitions=2,
+                partitions=1,
                 batch_size=1,
                 idle_seconds=2.0,
                 renewer=cell["renewer"],

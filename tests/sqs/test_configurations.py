@@ -21,6 +21,7 @@ Azure (Azurite) with credentials given in code run in this process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -44,7 +45,8 @@ ACCOUNT = "123456789012"  # moto's
 KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 ENV_KEYS = {k: v for k, v in CHILD_ENV.items() if k.startswith("AWS_") and "KEY" in k}
 DEAD_ENDPOINT = "http://127.0.0.1:9"  # nothing listens: a call sent there fails
-CELL_TIMEOUT = 120.0
+CELL_TIMEOUT = 180.0
+SPARK_TIMEOUT = 400.0
 SIDE_BY_SIDE = 6  # cells at once (each a process, and most a renewer process too)
 
 
@@ -177,38 +179,48 @@ def arrange(cell: Cell, moto: str, tmp: Path, proxy: str) -> tuple[dict[str, Any
     return spec, env
 
 
-def run_cell(cell: Cell, moto: str, tmp: Path, runs: Path) -> Outcome:
-    own = tmp / cell.name
-    own.mkdir()
-    with FaultProxyProcess(moto, error_rate=0.0) if cell.row == "proxy" else _no_proxy() as proxy:
-        spec, env = arrange(cell, moto, own, proxy.url)
-        output = _run(cell, spec, {**base_env(own, runs), **env}, own)
-        proxied = 0
-        if cell.row == "proxy":
-            forwarded = proxy.stats()["forwarded"]
-            proxied = forwarded.get("ChangeMessageVisibilityBatch", 0)
-    attributes = make_client(moto).get_queue_attributes(
-        QueueUrl=spec["admin_url"], AttributeNames=["All"]
-    )["Attributes"]
-    left = (
-        int(attributes["ApproximateNumberOfMessages"]),
-        int(attributes["ApproximateNumberOfMessagesNotVisible"]),
-    )
-    ran = runs.read_text().splitlines().count(cell.name) if runs.exists() else 0
-    return Outcome(_renewer_of(cell, output), ran, left, proxied, output)
+def run_cells(cells: list[Cell], moto: str, tmp: Path, runs: Path) -> list[Outcome]:
+    """Run ``cells`` in one process (one Spark session for the Spark cells; else
+    one cell): a proxy for each proxy row, its counts read after."""
+    with contextlib.ExitStack() as stack:
+        proxies = [
+            stack.enter_context(FaultProxyProcess(moto, error_rate=0.0))
+            if cell.row == "proxy"
+            else _no_proxy()
+            for cell in cells
+        ]
+        arranged = []
+        for cell, proxy in zip(cells, proxies, strict=True):
+            own = tmp / cell.name
+            own.mkdir()
+            arranged.append((*arrange(cell, moto, own, proxy.url), own))
+        env = {**base_env(arranged[0][2], runs), **arranged[0][1]}
+        output = _run(cells[0], [spec for spec, _, _ in arranged], env, arranged[0][2])
+        proxied = [p.stats()["forwarded"].get("ChangeMessageVisibilityBatch", 0) for p in proxies]
+    outcomes = []
+    for index, (cell, (spec, _, _)) in enumerate(zip(cells, arranged, strict=True)):
+        attributes = make_client(moto).get_queue_attributes(
+            QueueUrl=spec["admin_url"], AttributeNames=["All"]
+        )["Attributes"]
+        left = (
+            int(attributes["ApproximateNumberOfMessages"]),
+            int(attributes["ApproximateNumberOfMessagesNotVisible"]),
+        )
+        ran = runs.read_text().splitlines().count(cell.name) if runs.exists() else 0
+        renewer = _renewer_of(cell, output, index)
+        outcomes.append(Outcome(renewer, ran, left, proxied[index], output))
+    return outcomes
 
 
 class _no_proxy:
     url = ""
 
-    def __enter__(self) -> _no_proxy:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
+    def stats(self) -> dict[str, Any]:
+        return {"forwarded": {}}
 
 
-def _run(cell: Cell, spec: dict[str, Any], env: dict[str, str], tmp: Path) -> str:
+def _run(cell: Cell, specs: list[dict[str, Any]], env: dict[str, str], tmp: Path) -> str:
+    spec = specs[0]
     if cell.entry == "command":
         flag = "--sqs" if spec["url"].startswith("http") else "--queue"
         args = [flag, spec["url"], "--until-idle", "2", "--status-every", "0"]
@@ -218,8 +230,8 @@ def _run(cell: Cell, spec: dict[str, Any], env: dict[str, str], tmp: Path) -> st
         command += ["tests.sqs.configuration_cell:handle", *args]
     else:
         if cell.entry == "spark":
-            output = str(tmp / f"{cell.name}.out")
-            spec = {"entry": "spark", "cells": [{**spec, "output": output}]}
+            cells = [{**one, "output": str(tmp / f"{n}.out")} for n, one in enumerate(specs)]
+            spec = {"entry": "spark", "cells": cells}
             env = {**env, **_spark_env()}
         command = [sys.executable, "-m", "tests.sqs.configuration_cell", json.dumps(spec)]
     done = subprocess.run(
@@ -228,7 +240,7 @@ def _run(cell: Cell, spec: dict[str, Any], env: dict[str, str], tmp: Path) -> st
         env=env,
         capture_output=True,
         text=True,
-        timeout=CELL_TIMEOUT,
+        timeout=SPARK_TIMEOUT if cell.entry == "spark" else CELL_TIMEOUT,
         check=False,
     )
     assert done.returncode == 0, f"{cell.name}: exit {done.returncode}\n{done.stderr[-3000:]}"
@@ -243,13 +255,13 @@ def _spark_env() -> dict[str, str]:
     return {**env, "JAVA_HOME": str(home)} if home is not None else env
 
 
-def _renewer_of(cell: Cell, output: str) -> str:
+def _renewer_of(cell: Cell, output: str, index: int) -> str:
     if cell.entry == "command":  # "Worker running ... renewer process" (INFO, stderr)
         said = [line for line in output.splitlines() if " running " in line and "renewer" in line]
         return said[0].rsplit("renewer ", 1)[1].strip() if said else "?"
-    last = [line for line in output.splitlines() if line.startswith(("{", "["))][-1]
+    last = [line for line in output.splitlines() if line.startswith(("{", "[{"))][-1]
     answer = json.loads(last)
-    return str((answer[0] if isinstance(answer, list) else answer)["renewer"])
+    return str((answer[index] if isinstance(answer, list) else answer)["renewer"])
 
 
 @pytest.fixture(scope="module")
@@ -262,11 +274,30 @@ def matrix(
     found = Matrix(moto_endpoint, tmp, tmp / "runs")
     selected = {item.name for item in request.session.items}
     chosen = [c for c in CELLS if f"{RUN_CELL}[{c.name}]" in selected]
-    ordered = sorted(chosen, key=lambda c: c.entry != "spark")
+    # The Spark cells share one session (their rows give the same environment).
+    batches = [[c for c in chosen if c.entry == "spark"]] + [
+        [c] for c in chosen if c.entry != "spark"
+    ]
     with ThreadPoolExecutor(SIDE_BY_SIDE) as pool:
-        for cell in ordered:
-            found.results[cell.name] = pool.submit(run_cell, cell, moto_endpoint, tmp, found.runs)
+        for batch in filter(None, batches):
+            ran = pool.submit(run_cells, batch, moto_endpoint, tmp, found.runs)
+            for index, cell in enumerate(batch):
+                found.results[cell.name] = _nth(ran, index)
         yield found
+
+
+def _nth(batch: Future[list[Outcome]], index: int) -> Future[Outcome]:
+    one: Future[Outcome] = Future()
+
+    def done(ran: Future[list[Outcome]]) -> None:
+        error = ran.exception()
+        if error is not None:
+            one.set_exception(error)
+        else:
+            one.set_result(ran.result()[index])
+
+    batch.add_done_callback(done)
+    return one
 
 
 def test_every_row_column_and_renewer_is_covered() -> None:
@@ -293,7 +324,7 @@ RUN_CELL = "test_a_long_job_runs_once_on_the_expected_renewer"
 
 @pytest.mark.parametrize("cell", CELLS, ids=[c.name for c in CELLS])
 def test_a_long_job_runs_once_on_the_expected_renewer(cell: Cell, matrix: Matrix) -> None:
-    outcome = matrix.results[cell.name].result(timeout=CELL_TIMEOUT * 2)
+    outcome = matrix.results[cell.name].result(timeout=SPARK_TIMEOUT + CELL_TIMEOUT)
     assert outcome.runs == 1, outcome.output[-3000:]
     assert outcome.left == (0, 0), outcome.output[-3000:]
     assert outcome.renewer == cell.expected, outcome.output[-3000:]
