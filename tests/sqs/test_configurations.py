@@ -26,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,6 +37,7 @@ from typing import Any
 import pytest
 
 from tests.services import CHILD_ENV, REGION, make_client
+from tests.sqs.configuration_cell import TIMING
 from tests.sqs.fault_proxy import FaultProxyProcess
 
 pytestmark = [pytest.mark.realtime, pytest.mark.slow]
@@ -274,10 +276,11 @@ def matrix(
     found = Matrix(moto_endpoint, tmp, tmp / "runs")
     selected = {item.name for item in request.session.items}
     chosen = [c for c in CELLS if f"{RUN_CELL}[{c.name}]" in selected]
-    # The Spark cells share one session (their rows give the same environment).
-    batches = [[c for c in chosen if c.entry == "spark"]] + [
-        [c] for c in chosen if c.entry != "spark"
-    ]
+    # The Spark cells share one session (their rows give the same environment), the
+    # thread renewer's first: a renewer process, once started, stays beside the
+    # executor's Python worker for the session.
+    spark = sorted((c for c in chosen if c.entry == "spark"), key=lambda c: c.renewer != "thread")
+    batches = [spark] + [[c] for c in chosen if c.entry != "spark"]
     with ThreadPoolExecutor(SIDE_BY_SIDE) as pool:
         for batch in filter(None, batches):
             ran = pool.submit(run_cells, batch, moto_endpoint, tmp, found.runs)
@@ -332,3 +335,51 @@ def test_a_long_job_runs_once_on_the_expected_renewer(cell: Cell, matrix: Matrix
     if cell.row == "proxy" and cell.expected == "process":
         # The renewals went to the client's endpoint (the proxy), not the URL's host.
         assert outcome.proxied >= 1, outcome
+
+
+@pytest.mark.parametrize("service", ["mns", "azure"])
+def test_mns_and_azure_with_credentials_in_code_renew_in_the_renewer_process(
+    service: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local MNS server and Azurite, their keys given in code only: the default
+    worker renews in the renewer process, which is sent them; a 3 s job at a 2 s
+    visibility timeout runs once and the queue ends empty."""
+    from leasekeeper import Worker
+
+    for variable in (
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "AZURE_STORAGE_SAS_TOKEN",
+        "AZURE_STORAGE_ACCOUNT_KEY",
+        "MNS_ACCESS_KEY_ID",
+        "MNS_ACCESS_KEY_SECRET",
+    ):
+        monkeypatch.delenv(variable, raising=False)
+    name = f"m-{service}-{uuid.uuid4().hex[:10]}"
+    backend: Any
+    if service == "mns":
+        from leasekeeper.backends.mns import MNSBackend
+        from tests.services import sdk_queue
+
+        server = request.getfixturevalue("mns_server")
+        server.create_queue(name, visibility_timeout=2)
+        backend = MNSBackend(sdk_queue(server, name))
+    else:
+        from azure.storage.queue import QueueClient
+
+        from leasekeeper.backends.azure import AzureQueueBackend
+
+        client = QueueClient.from_connection_string(request.getfixturevalue("azurite"), name)
+        client.create_queue()
+        backend = AzureQueueBackend(client)
+    backend.send("job")
+    runs: list[str] = []
+
+    def job(message: Any) -> None:
+        runs.append(message.id)
+        time.sleep(3.0)
+
+    worker = Worker(backend, job, concurrency=2, wait_seconds=1, **TIMING)
+    assert worker.manager.renewer.name == "process"
+    stats = worker.run(until_idle=1.5)
+    assert (len(runs), stats.completed, stats.lost) == (1, 1, 0)
+    assert backend.receive(max_messages=10, wait_seconds=1, visibility_timeout=5) == []
