@@ -131,7 +131,7 @@ def azure_no_credential(account_url: str) -> str:
 
 def azure_credentials_problem(account_url: str) -> str | None:
     """Why an Azure queue opened from this process's environment would have no
-    credential (``from_url``'s order: a connection string, a SAS token or account key,
+    credential (``schemes.azure``'s order: a connection string, a SAS token or account key,
     else azure-identity), or None."""
     if any(os.environ.get(name) for name in AZURE_CREDENTIALS):
         return None

@@ -13,7 +13,8 @@
             with held:  # leased from the moment it arrived
                 handle(held.message.body)
 
-Or by URL: ``leasekeeper.connect("azure://<account>/jobs")`` (``from_url`` below).
+Or by URL: ``leasekeeper.connect("azure://<account>/jobs")``
+(``leasekeeper.backends.schemes.azure``).
 How Azure Storage Queue maps onto the backend contract (docs/backends/azure.md,
 docs/backend-semantics.md):
 
