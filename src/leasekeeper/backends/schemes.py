@@ -102,9 +102,13 @@ def sqs_endpoint(
         url_region = aws_region_of(parts.hostname or "") if parts.scheme == "https" else None
     endpoint = endpoint_url or configured_endpoint()
     if endpoint is None and queue_url is not None and url_region is None:
-        parts = urlsplit(queue_url)
-        endpoint = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+        endpoint = _origin(queue_url)
     return endpoint, url_region
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
 
 
 def sqs(
@@ -126,8 +130,9 @@ def sqs(
     URL's own origin (a local stand-in: ElasticMQ, moto, LocalStack).
 
     The region: ``region``, else an AWS URL's, else ``AWS_REGION``, else
-    ``AWS_DEFAULT_REGION``, else the shared config file's; for an endpoint that is
-    not AWS's, us-east-1 when none is set (the local stand-ins take any).
+    ``AWS_DEFAULT_REGION``, else the shared config file's; for a URL that is its
+    own endpoint (none configured), us-east-1 when none is set (a local stand-in
+    takes any).
     Credentials come from boto3's chain (environment, shared files, instance
     role), never the URL; ``aws_access_key_id``, ``aws_secret_access_key`` and
     ``aws_session_token`` given here are used and never put in the spec.
@@ -160,10 +165,11 @@ def sqs(
     unknown = sorted(set(client_options) - _SQS_CLIENT_OPTIONS)
     if unknown:
         raise TypeError(f"sqs(): unexpected option(s) {', '.join(unknown)}")
-    endpoint, url_region = sqs_endpoint(queue_url, endpoint_url)
+    configured = endpoint_url or configured_endpoint()
+    endpoint, url_region = sqs_endpoint(queue_url, configured)
     region = region or url_region or os.environ.get("AWS_REGION") or None
-    if region is None and endpoint is not None and aws_region_of(_host_of(endpoint)) is None:
-        region = _default_region() or "us-east-1"
+    if region is None and configured is None and endpoint is not None:  # the URL's origin
+        region = _default_region() or "us-east-1"  # a local stand-in takes any
     from botocore.exceptions import NoRegionError
 
     try:
@@ -196,10 +202,6 @@ _SQS_CLIENT_OPTIONS = frozenset(
         "https_proxy",
     }
 )
-
-
-def _host_of(url: str) -> str:
-    return (urlsplit(url).hostname or "").lower()
 
 
 def _default_region() -> str | None:
