@@ -383,3 +383,58 @@ def test_mns_and_azure_with_credentials_in_code_renew_in_the_renewer_process(
     stats = worker.run(until_idle=1.5)
     assert (len(runs), stats.completed, stats.lost) == (1, 1, 0)
     assert backend.receive(max_messages=10, wait_seconds=1, visibility_timeout=5) == []
+
+
+def test_a_spec_carries_the_client_s_settings_and_none_of_its_secrets() -> None:
+    """What the renewer process and Spark executors rebuild: the client's endpoint,
+    region, retries, timeouts, pool and proxies. The keys and the proxy's password
+    are in no spec, repr or pickle that can travel - only in the renewer process's
+    own spec, which shows their names alone."""
+    import pickle
+
+    import boto3
+    from botocore.config import Config
+
+    from leasekeeper.backends.spec import PrivateSpec, renewal_spec, spec_of
+    from leasekeeper.backends.sqs import SQSBackend
+
+    client = boto3.client(
+        "sqs",
+        endpoint_url="http://proxy.example:8080",
+        region_name="eu-west-3",
+        aws_access_key_id="AKIDSECRETKEYID",
+        aws_secret_access_key="very-secret",
+        aws_session_token="session-secret",
+        config=Config(
+            retries={"mode": "adaptive", "max_attempts": 6},
+            connect_timeout=3,
+            read_timeout=25,
+            max_pool_connections=40,
+            proxies={"https": "http://user:proxy-secret@squid:3128"},
+        ),
+    )
+    backend = SQSBackend(client, f"http://sqs.example:9324/{ACCOUNT}/jobs")
+    spec = spec_of(backend)
+    assert dict(spec.options) == {
+        "connect_timeout": 3,
+        "endpoint_url": "http://proxy.example:8080",
+        "https_proxy": "http://user@squid:3128",
+        "max_attempts": 7,
+        "max_pool_connections": 40,
+        "read_timeout": 25,
+        "region": "eu-west-3",
+        "retry_mode": "adaptive",
+    }
+    private = renewal_spec(backend)
+    assert isinstance(private, PrivateSpec)
+    for shown in (repr(spec), str(spec), pickle.dumps(spec), repr(private)):
+        text = shown.decode("latin-1") if isinstance(shown, bytes) else shown
+        for secret in ("AKIDSECRETKEYID", "very-secret", "session-secret", "proxy-secret"):
+            assert secret not in text
+    rebuilt = private.build().client  # type: ignore[attr-defined]
+    assert rebuilt.meta.endpoint_url == "http://proxy.example:8080"
+    assert rebuilt.meta.config.proxies == {"https": "http://user:proxy-secret@squid:3128"}
+    assert rebuilt.meta.config.retries == {"mode": "adaptive", "total_max_attempts": 7}
+    assert rebuilt.meta.config.max_pool_connections == 40
+    frozen = rebuilt._request_signer._credentials.get_frozen_credentials()
+    assert (frozen.access_key, frozen.token) == ("AKIDSECRETKEYID", "session-secret")
