@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Sequence
-from typing import Any
 
 from leasekeeper.backends.base import Backend
+from leasekeeper.backends.spec import renewal_spec
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError
 
@@ -39,15 +39,6 @@ class RenewedQueues:
     def payload(self, config: LeaseConfig) -> bytes:
         """What the renewer process builds from: the pickled (spec, config) and, for
         more queues, their specs. ConfigError for a queue that has no spec."""
-        specs = [_spec(queue) for queue in self.all]
+        specs = [renewal_spec(queue) for queue in self.all]
         first, more = specs[0], specs[1:]
         return pickle.dumps((first, config, more) if more else (first, config))
-
-
-def _spec(backend: Backend) -> Any:
-    spec = getattr(backend, "spec", None)
-    if spec is None:
-        raise ConfigError(
-            f"renewer='process' needs a backend with spec() (SQS, MNS, Azure); {backend!r} has none"
-        )
-    return spec()

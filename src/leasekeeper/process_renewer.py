@@ -112,7 +112,10 @@ class ProcessRenewer:
 
     ``ProcessRenewer(backend, config=None, *, clock=None, queues=(), **config_fields)``:
     the renewer process builds its own backend from ``backend.spec()`` (and ``queues``'
-    too: ``RenewedQueues``) and runs a ``ThreadRenewer`` there."""
+    too: ``RenewedQueues``) and runs a ``ThreadRenewer`` there. Its credentials come
+    from the environment it inherits, or are the ones the worker's client was given
+    in code, sent over its socket (``leasekeeper.backends.spec.renewal_spec``).
+    """
 
     name = "process"
 

@@ -10,10 +10,11 @@ chosen once at construction and never asked about again:
   handler holding the GIL cannot stop, and that releases everything at once when
   this process dies (``leasekeeper.process_renewer``);
 - ``renewer="auto"``: the process renewer where it can run (a backend that can be
-  rebuilt in another process, the system clock, a process that may start one),
-  else the thread renewer - with one WARNING saying what is lost when starting the
-  renewer process failed. ``Worker``, ``AsyncWorker`` and ``leasekeeper worker``
-  choose this by default;
+  rebuilt in another process, the system clock, a process that may start one and
+  build the backend there: ``auto`` waits until it renews), else the thread
+  renewer - with one two-line WARNING, the reason and what is lost, when starting
+  the renewer process failed. ``Worker``, ``AsyncWorker`` and ``leasekeeper
+  worker`` choose this by default;
 - any object implementing ``Renewer``: a test's, or a user's own.
 
 A renewer owns the leases it makes: ``lease.complete()``, ``release()`` and
@@ -22,11 +23,13 @@ A renewer owns the leases it makes: ``lease.complete()``, ``release()`` and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from leasekeeper.backends.base import Backend, Message
+from leasekeeper.backends.spec import spec_of
 from leasekeeper.clock import Clock, SystemClock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError
@@ -50,12 +53,12 @@ RenewerChoice = Literal["thread", "process", "auto"]
 
 #: What a worker loses when it renews in a thread because no renewer process started.
 WITHOUT_PROCESS = (
-    "renewing in a thread of this process instead: a handler that holds the GIL "
-    "(a long C call, a tight loop) can now delay renewals until leases lapse, and if "
-    "this process is killed its messages stay hidden until their visibility timeout "
-    "runs out (pass renewer='thread', or --renewer thread, to choose this and not be "
-    "warned)"
+    "renewing in a thread of this process instead: a handler that holds the GIL can "
+    "delay renewals until leases lapse, and a killed worker's messages stay hidden until "
+    "their visibility timeout (renewer='thread' chooses this without a warning)"
 )
+# The prefix of a ConfigError from a renewer process that did not start: said once.
+_NOT_STARTED = "the renewer process could not start: "
 
 
 @runtime_checkable
@@ -172,24 +175,16 @@ def make_renewer(
     """The renewer ``choice`` names, built for ``backend`` and ``config`` (and, for a
     renewer process, the other ``queues`` whose messages it must renew too)."""
     others = tuple(queue for queue in queues if queue is not backend)
-    if choice == "auto":
-        choice = _process_or_thread(backend, clock)
-        for queue in others:
-            if choice == "process":
-                choice = _process_or_thread(queue, clock)
-        if choice == "process":
-            assert backend is not None
-            from leasekeeper.process_renewer import ProcessRenewer
 
-            try:
-                return ProcessRenewer(backend, config, clock=clock, queues=others)
-            except Exception as exc:  # no fork/spawn, a sandbox, a spec that cannot build
-                log.warning("the renewer process could not start (%s); %s", exc, WITHOUT_PROCESS)
-                choice = "thread"
-    if choice == "thread":
+    def thread() -> Renewer:
         from leasekeeper.thread_renewer import ThreadRenewer
 
         return ThreadRenewer(config, clock=clock, jitter_seed=jitter_seed, executor=executor)
+
+    if choice == "auto":
+        return _process_or_thread(backend, others, config, clock) or thread()
+    if choice == "thread":
+        return thread()
     if choice == "process":
         if backend is None:
             raise ConfigError("renewer='process' needs the backend to rebuild there")
@@ -209,19 +204,39 @@ def unknown_renewer(choice: object) -> ConfigError:
     )
 
 
-def _process_or_thread(backend: Backend | None, clock: Clock) -> RenewerChoice:
-    """``"process"`` where a renewer process could renew ``backend``'s messages: a
-    backend that can be rebuilt in another process (``spec()``: not an in-memory
-    queue or a wrapper) on the system clock; else ``"thread"`` - which loses nothing
-    such a backend could have had, so it is said at debug level only."""
+def _process_or_thread(
+    backend: Backend | None, others: Sequence[Backend], config: LeaseConfig, clock: Clock
+) -> Renewer | None:
+    """A renewer process renewing ``backend``'s messages, once it serves; None for
+    the thread renewer. A backend that cannot be rebuilt in another process (an
+    in-memory queue, a wrapper) or a clock that is not the system's loses nothing
+    there: said at debug level. Any other reason the renewer process cannot start
+    or build its backend - credentials it could not have, a sandbox, an SDK
+    missing - is one WARNING: the reason, once, and what renewing in a thread costs."""
     if backend is None or not isinstance(clock, SystemClock):
-        return "thread"
-    spec = getattr(backend, "spec", None)
+        return None
     try:
-        if spec is None:
-            raise ConfigError(f"{backend!r} has no spec()")
-        spec()
+        for queue in (backend, *others):
+            spec_of(queue)
     except Exception as exc:
         log.debug("renewing in a thread: %s", exc)
-        return "thread"
-    return "process"
+        return None
+    from leasekeeper.process_renewer import ProcessRenewer
+
+    renewer: ProcessRenewer | None = None
+    try:
+        for queue in (backend, *others):
+            problem = getattr(queue, "credentials_problem", lambda: None)()
+            if problem:
+                raise ConfigError(problem)
+        renewer = ProcessRenewer(backend, config, clock=clock, queues=others)
+        renewer.start()  # built its backend: what could fail there has failed
+        return renewer
+    except Exception as exc:
+        reason = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
+        reason = reason.removeprefix(_NOT_STARTED).splitlines()[0] if reason else "no reason given"
+        log.warning("%s%s\n%s", _NOT_STARTED, reason, WITHOUT_PROCESS)
+    if renewer is not None:
+        with contextlib.suppress(Exception):
+            renewer.close(release=False, timeout=5.0)
+    return None

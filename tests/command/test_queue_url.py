@@ -93,7 +93,7 @@ def test_a_plugins_scheme_runs_with_the_process_renewer(redis_url: str, tmp_path
     ("url", "expected"),
     [
         ("nowhere://x", "no leasekeeper backend for the scheme 'nowhere'; installed schemes:"),
-        ("https://example.com/1/q", "its host is no SQS endpoint"),
+        ("https://example.com/q", "is not an SQS queue URL"),
         ("redis://localhost:6379/0", "names no stream"),
     ],
 )

@@ -132,7 +132,7 @@ def test_leasekeepers_own_schemes_are_entry_points() -> None:
     [
         ("no scheme here", "'no scheme here' is not a queue URL"),
         ("ftp://host/q", r"'ftp'.*installed schemes: .*azure.*memory.*redis.*sqs"),
-        ("https://example.com/123/jobs", "no SQS endpoint.*endpoint_url"),
+        ("https://example.com/jobs", "not an SQS queue URL: http.s.://host.*<account>/<name>"),
         ("sqs://", "sqs://<queue name>"),
         ("https://sqs.eu-west-1.amazonaws.com/jobs", "<account>/<name>"),
         ("mns://host.example", "mns://<endpoint-host>/<queue>"),

@@ -224,19 +224,33 @@ def test_close_leaves_no_renewer_behind(moto_endpoint: str, queue_url: str) -> N
     assert not manager.running
 
 
-def test_a_renewer_that_cannot_build_its_backend_fails_the_manager_at_once(
+class RefreshingMNSKeys:
+    """An MNS credentials provider of the user's own (an STS refresh): the renewer
+    process cannot be sent it."""
+
+    def get_credentials(self) -> Any:
+        from mns.auth import Credentials
+
+        from tests.services import MNS_ACCESS_ID, MNS_ACCESS_KEY
+
+        return Credentials(MNS_ACCESS_ID, MNS_ACCESS_KEY, "")
+
+
+def test_a_renewer_that_cannot_have_the_credentials_fails_the_manager_at_once(
     monkeypatch: pytest.MonkeyPatch, mns_server: Any
 ) -> None:
+    from mns.account import Account
+
     from leasekeeper.backends.mns import MNSBackend
-    from tests.services import sdk_queue
 
     monkeypatch.delenv("MNS_ACCESS_KEY_ID", raising=False)
     monkeypatch.delenv("MNS_ACCESS_KEY_SECRET", raising=False)
     name = f"renewer-{uuid.uuid4().hex[:12]}"
     mns_server.create_queue(name, visibility_timeout=30)
+    queue = Account(mns_server.endpoint, credentials_provider=RefreshingMNSKeys()).get_queue(name)
     started = time.monotonic()
-    with pytest.raises(ConfigError, match="MNS_ACCESS_KEY_ID"):
-        LeaseManager(MNSBackend(sdk_queue(mns_server, name)), renewer="process")
+    with pytest.raises(ConfigError, match=r"RefreshingMNSKeys.*cannot rebuild"):
+        LeaseManager(MNSBackend(queue), renewer="process")
     assert time.monotonic() - started < 30
 
 
@@ -296,7 +310,15 @@ def test_the_default_managers_can_renew_in_a_process(moto_endpoint: str, queue_u
         leasekeeper.configure()
 
 
-def test_keys_given_in_code_only_keep_the_worker_on_the_thread_renewer(
+def no_aws_credentials_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_keys_given_in_code_only_reach_the_renewer_process(
     moto_endpoint: str,
     queue_url: str,
     monkeypatch: pytest.MonkeyPatch,
@@ -304,34 +326,73 @@ def test_keys_given_in_code_only_keep_the_worker_on_the_thread_renewer(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A boto3 client built with keys in code, in a process whose environment has
-    none: a renewer process could not rebuild it (boto3 finds that out only at the
-    first call, so every renewal and delete would fail). The default worker says so
-    in one WARNING naming the variables and renews in a thread; every job completes.
-    ``renewer="process"`` refuses at once with the same words."""
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    none: the renewer process is sent them over its socket, so the default worker
+    renews there, says nothing, and every job completes. Its spec, which goes to
+    Spark and logs, holds no key."""
+    no_aws_credentials_here(monkeypatch, tmp_path)
     client = make_client(moto_endpoint)  # the keys are the client's own
     fill(moto_endpoint, queue_url, 5)
     backend = SQSBackend(client, queue_url)
-
-    with pytest.raises(ConfigError, match="AWS_ACCESS_KEY_ID"):
-        LeaseManager(backend, visibility_timeout=30, renewer="process")
-
-    from leasekeeper import Worker
+    assert "testing" not in repr(backend.spec()) and "aws_" not in repr(backend.spec())
 
     with caplog.at_level("WARNING", logger="leasekeeper"):
         worker = Worker(backend, lambda message: None, concurrency=2, wait_seconds=1)
+        assert worker.manager.renewer.name == "process"
         stats = worker.run(until_idle=1.0)
     assert (stats.completed, stats.lost, stats.failed) == (5, 0, 0)
-    warned = [r.getMessage() for r in caplog.records if "renewer process" in r.getMessage()]
-    assert len(warned) == 1 and "AWS_ACCESS_KEY_ID" in warned[0], warned
+    assert [r.getMessage() for r in caplog.records if "renewer" in r.getMessage()] == []
+
+
+def test_credentials_refreshed_by_a_provider_built_in_code_keep_the_worker_on_a_thread(
+    moto_endpoint: str,
+    queue_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The one case the renewer process cannot have: credentials that a provider of
+    the user's refreshes. ``renewer="process"`` refuses; the default worker renews
+    in a thread with one two-line WARNING; every job completes."""
+    import boto3
+    import botocore.session
+    from botocore.config import Config
+    from botocore.credentials import RefreshableCredentials
+
+    no_aws_credentials_here(monkeypatch, tmp_path)
+
+    def refresh() -> dict[str, str]:
+        expiry = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+        return {
+            "access_key": "testing",
+            "secret_key": "testing",
+            "token": "",
+            "expiry_time": expiry,
+        }
+
+    session = botocore.session.get_session()
+    session._credentials = RefreshableCredentials.create_from_metadata(
+        metadata=refresh(), refresh_using=refresh, method="sts-refresh-of-my-own"
+    )
+    client = boto3.Session(botocore_session=session).client(
+        "sqs", endpoint_url=moto_endpoint, region_name="us-east-1", config=Config(connect_timeout=2)
+    )
+    fill(moto_endpoint, queue_url, 3)
+    backend = SQSBackend(client, queue_url)
+    with pytest.raises(ConfigError, match="sts-refresh-of-my-own"):
+        LeaseManager(backend, visibility_timeout=30, renewer="process")
+    with caplog.at_level("WARNING", logger="leasekeeper"):
+        worker = Worker(backend, lambda message: None, concurrency=2, wait_seconds=1)
+        assert worker.manager.renewer.name == "thread"
+        stats = worker.run(until_idle=1.0)
+    assert (stats.completed, stats.lost, stats.failed) == (3, 0, 0)
+    [warning] = [r.getMessage() for r in caplog.records if "renewer" in r.getMessage()]
+    assert len(warning.splitlines()) == 2 and warning.count("could not start") == 1
+    assert "sts-refresh-of-my-own" in warning and "holds the GIL" in warning
+    assert "spark" not in warning.lower()
 
 
 @pytest.mark.parametrize("service", ["azure", "mns"])
-def test_a_queue_opened_with_keys_in_code_only_keeps_the_worker_on_the_thread_renewer(
+def test_a_queue_opened_with_keys_in_code_only_renews_in_the_renewer_process(
     service: str,
     request: pytest.FixtureRequest,
     monkeypatch: pytest.MonkeyPatch,
@@ -339,8 +400,7 @@ def test_a_queue_opened_with_keys_in_code_only_keeps_the_worker_on_the_thread_re
 ) -> None:
     """As with SQS: an Azure queue client made from a connection string in code, an
     MNS queue from keys in code, in a process whose environment has none. The
-    renewer process could not open them; this process tells before it starts one
-    (the renewer would find out only after the worker had gone on)."""
+    renewer process is sent the key; the default worker renews there."""
     for name in (
         "AZURE_STORAGE_CONNECTION_STRING",
         "AZURE_STORAGE_SAS_TOKEN",
@@ -359,7 +419,6 @@ def test_a_queue_opened_with_keys_in_code_only_keeps_the_worker_on_the_thread_re
         client = QueueClient.from_connection_string(request.getfixturevalue("azurite"), name)
         client.create_queue()
         backend = AzureQueueBackend(client)
-        variable = "AZURE_STORAGE_CONNECTION_STRING"
     else:
         from leasekeeper.backends.mns import MNSBackend
         from tests.services import sdk_queue
@@ -367,14 +426,10 @@ def test_a_queue_opened_with_keys_in_code_only_keeps_the_worker_on_the_thread_re
         server = request.getfixturevalue("mns_server")
         server.create_queue(name, visibility_timeout=30)
         backend = MNSBackend(sdk_queue(server, name))
-        variable = "MNS_ACCESS_KEY_ID"
     backend.send("job")
-    with pytest.raises(ConfigError, match=variable):
-        LeaseManager(backend, visibility_timeout=30, renewer="process")
     with caplog.at_level("WARNING", logger="leasekeeper"):
         worker = Worker(backend, lambda message: None, wait_seconds=1)
+        assert worker.manager.renewer.name == "process"
         stats = worker.run(until_idle=1.0)
-    assert worker.manager.renewer.name == "thread"
     assert (stats.completed, stats.lost, stats.failed) == (1, 0, 0)
-    warned = [r.getMessage() for r in caplog.records if "renewer process" in r.getMessage()]
-    assert len(warned) == 1 and variable in warned[0], warned
+    assert [r.getMessage() for r in caplog.records if "renewer" in r.getMessage()] == []

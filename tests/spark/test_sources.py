@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import pickle
 import subprocess
 import sys
@@ -24,11 +25,21 @@ def test_the_sources_are_the_backends_specs() -> None:
     # builds it: a backend's spec() is a source too.
     assert (SQSSource, MNSSource, AzureQueueSource) == (SQSSpec, MNSSpec, AzureQueueSpec)
     backend = SQSBackend(make_client("http://127.0.0.1:1"), "http://127.0.0.1:1/1/q")
-    options = source_options(backend.spec())  # the queue by URL, its options as JSON
+    options = source_options(backend.spec())  # the queue by URL, its client's settings
     assert options == {
         "backend": "url",
         "queue": "http://127.0.0.1:1/1/q",
-        "queue_options": '{"endpoint_url": "http://127.0.0.1:1", "region": "us-east-1"}',
+        "queue_options": json.dumps(
+            {
+                "connect_timeout": 2,  # make_client's
+                "endpoint_url": "http://127.0.0.1:1",
+                "max_attempts": 3,  # the first and two retries
+                "max_pool_connections": 10,
+                "read_timeout": 30,
+                "region": "us-east-1",
+                "retry_mode": "standard",
+            }
+        ),
     }
     assert source_from_options(options) == backend.spec()
     assert source_from_options({"queue": "sqs://jobs"}) == URLSpec("sqs://jobs")

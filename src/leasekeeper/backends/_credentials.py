@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Sequence
 
 AWS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
@@ -37,13 +38,16 @@ def on_spark(variables: Sequence[str], joiner: str = "and") -> str:
     )
 
 
+def in_spark() -> bool:
+    """This process runs Spark (a driver or an executor's Python worker)."""
+    return "pyspark" in sys.modules
+
+
 def missing_variables(what: str, variables: Sequence[str], *, joiner: str = "and") -> str:
-    """``what`` is missing: set ``variables`` in this process's environment (and, on
-    Spark, in the executors' through spark.executorEnv.*)."""
-    return (
-        f"{what}: set {_names(variables, joiner)} in this process's environment "
-        f"({on_spark(variables, joiner)})"
-    )
+    """``what`` is missing: set ``variables`` in this process's environment (and, in
+    a process that runs Spark, in the executors' through spark.executorEnv.*)."""
+    where = f" ({on_spark(variables, joiner)})" if in_spark() else ""
+    return f"{what}: set {_names(variables, joiner)} in this process's environment{where}"
 
 
 def aws_no_credentials() -> str:
@@ -57,8 +61,7 @@ def aws_no_credentials() -> str:
 def aws_credentials_problem() -> str | None:
     """Why a client this process builds from its own environment would have no AWS
     credentials (botocore's chain: environment, profile, container, instance role),
-    or None when the chain finds some. A client built in code with keys of its own
-    is not rebuilt elsewhere with them."""
+    or None when the chain finds some."""
     import botocore.session
 
     if botocore.session.get_session().get_credentials() is None:
@@ -102,10 +105,10 @@ MNS_KEYS = ("MNS_ACCESS_KEY_ID", "MNS_ACCESS_KEY_SECRET")
 
 def mns_no_credentials() -> str:
     """MNS_ACCESS_KEY_ID or MNS_ACCESS_KEY_SECRET is not set in this process."""
+    where = " (on a Spark cluster: spark.executorEnv.MNS_ACCESS_KEY_ID etc.)" if in_spark() else ""
     return (
         "an MNS queue is opened with MNS_ACCESS_KEY_ID and MNS_ACCESS_KEY_SECRET from "
-        "the environment, and they are not set here (on a Spark cluster: "
-        "spark.executorEnv.MNS_ACCESS_KEY_ID etc.)"
+        f"the environment, or keys given in code, and they are not set here{where}"
     )
 
 
@@ -128,7 +131,7 @@ def azure_no_credential(account_url: str) -> str:
 
 def azure_credentials_problem(account_url: str) -> str | None:
     """Why an Azure queue opened from this process's environment would have no
-    credential (``from_url``'s order: a connection string, a SAS token or account key,
+    credential (``schemes.azure``'s order: a connection string, a SAS token or account key,
     else azure-identity), or None."""
     if any(os.environ.get(name) for name in AZURE_CREDENTIALS):
         return None

@@ -13,7 +13,8 @@
             with held:  # leased from the moment it arrived
                 handle(held.message.body)
 
-Or by URL: ``leasekeeper.connect("azure://<account>/jobs")`` (``from_url`` below).
+Or by URL: ``leasekeeper.connect("azure://<account>/jobs")``
+(``leasekeeper.backends.schemes.azure``).
 How Azure Storage Queue maps onto the backend contract (docs/backends/azure.md,
 docs/backend-semantics.md):
 
@@ -96,8 +97,8 @@ from leasekeeper.backends.base import (
     text_body,
     whole_seconds,
 )
-from leasekeeper.backends.registry import URLSpec
-from leasekeeper.backends.spec import AzureQueueSpec
+from leasekeeper.backends.rebuild import azure_credentials_given, azure_secrets, azure_settings
+from leasekeeper.backends.spec import AzureQueueSpec, URLSpec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
 from leasekeeper.errors import ReceiveError, ReceiveErrorKind
 
@@ -378,25 +379,34 @@ class AzureQueueBackend(CloudBackend):
         return url[: -len(suffix)] if url.endswith(suffix) else url
 
     def credentials_problem(self) -> str | None:
-        """Why the other process, opening this queue from its own environment, would
-        have no credential (none is needed when the spec carries a connection string:
-        one without a secret)."""
-        spec = self.spec()
-        if isinstance(spec, URLSpec) and dict(spec.options).get("connection_string"):
-            return None
-        return azure_credentials_problem(self.account_url)
+        """Why the renewer process could not have this queue's credential: one built
+        in this process that cannot be sent (a custom token credential), or none
+        given and none in the environment. None when it can."""
+        given = azure_credentials_given(self.queue_client)
+        if given is None:
+            kind = type(getattr(self.queue_client, "credential", None)).__name__
+            return (
+                f"the Azure credential is a {kind} built in this process, which another "
+                "process cannot rebuild"
+            )
+        return None if given else azure_credentials_problem(self.account_url)
+
+    def secret_options(self) -> dict[str, Any]:
+        """The account key or SAS token the queue client holds: to the renewer only."""
+        return azure_secrets(self.queue_client)
 
     def spec(self) -> URLSpec:
-        """This account and queue by URL; the credential from the other process's
-        environment (see ``from_url``)."""
+        """This account and queue by URL, with the queue client's retries and
+        timeouts; the credential from the other process's environment (see
+        ``leasekeeper.backends.schemes.azure``)."""
         account_url = self.account_url
+        default = f"https://{self.account_name}.queue.core.windows.net"
         return URLSpec.of(
             f"azure://{self.account_name}/{self.queue_name}",
             {
-                "account_url": None
-                if account_url == f"https://{self.account_name}.queue.core.windows.net"
-                else account_url,
+                "account_url": None if account_url == default else account_url,
                 "max_lease_age": self.max_lease_age if self._lease_age_given else None,
+                **azure_settings(self.queue_client),
             },
         )
 

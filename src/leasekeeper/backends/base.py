@@ -39,7 +39,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import (
-    TYPE_CHECKING,
     Any,
     ClassVar,
     Generic,
@@ -55,8 +54,14 @@ from urllib.parse import quote
 from leasekeeper.clock import Clock
 from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
 
-if TYPE_CHECKING:
-    from leasekeeper.backends.spec import BackendSpec
+
+@runtime_checkable
+class BackendSpec(Protocol):
+    """What ``backend.spec()`` returns: a picklable description of a queue that builds
+    its backend elsewhere (``leasekeeper.backends.spec`` has them all)."""
+
+    def build(self) -> Backend: ...
+
 
 OutcomeKind = Literal["ok", "lost", "retry", "capped", "fatal"]
 

@@ -28,13 +28,12 @@ MNS maps onto the backend contract (docs/backends/mns.md, docs/backend-semantics
   still disappears after the queue's MessageRetentionPeriod, counted from its send).
 - Message attributes are MNS's user properties (sent as STRING ones).
 
-Threads: one ``mns.account.Account`` holds a single HTTP connection shared by
-every ``Queue`` obtained from it, and two threads using it at once corrupt each
-other's requests. So this backend never sends a request through the ``Queue``
-you pass in: every thread that calls the backend gets its own ``Account``/``Queue``
-(``ThreadClients``), built like it, without the SDK's logger (it logs receipt
-handles) and with a 10 s socket timeout per call (``wait_seconds + 10`` s for a
-receive). Errors: ``classify_error``.
+Threads: one ``mns.account.Account`` holds a single HTTP connection shared by every
+``Queue`` obtained from it, and two threads using it at once corrupt each other's
+requests. So this backend never sends a request through the ``Queue`` you pass in:
+every thread that calls it gets its own ``Account``/``Queue`` (``ThreadClients``),
+built like it, without the SDK's logger (it logs receipt handles), with a 10 s
+socket timeout per call (a receive's: ``wait_seconds + 10`` s). Errors: ``classify_error``.
 """
 
 from __future__ import annotations
@@ -65,7 +64,6 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[mns]'"
     ) from _exc
 
-from leasekeeper.backends._credentials import mns_credentials_problem
 from leasekeeper.backends.base import (
     REDACTED,
     SKEW_MARGIN,
@@ -86,8 +84,8 @@ from leasekeeper.backends.base import (
     text_body,
     whole_seconds,
 )
-from leasekeeper.backends.registry import URLSpec
-from leasekeeper.backends.spec import MNSSpec
+from leasekeeper.backends.rebuild import mns_renewal_problem, mns_secrets
+from leasekeeper.backends.spec import MNSSpec, URLSpec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.errors import ReceiveError, ReceiveErrorKind
 
@@ -365,11 +363,14 @@ class MNSBackend(CloudBackend):
         )
         self._skew_warned = False
 
-    credentials_problem = staticmethod(mns_credentials_problem)
+    def credentials_problem(self) -> str | None:
+        return mns_renewal_problem(self._provider)
+
+    def secret_options(self) -> dict[str, Any]:  # keys given in code: to the renewer only
+        return mns_secrets(self._provider)
 
     def spec(self) -> URLSpec:
-        """This endpoint and queue by URL; credentials from the other process's
-        environment (``MNS_ACCESS_KEY_ID``/``MNS_ACCESS_KEY_SECRET``, see ``from_url``)."""
+        """This endpoint and queue by URL (credentials: ``schemes.mns``)."""
         return URLSpec.of(
             f"mns://{self.host}/{self.queue_name}",
             {

@@ -42,6 +42,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple
+from urllib.parse import quote
 
 try:
     import redis
@@ -62,7 +63,7 @@ from leasekeeper.backends.base import (
     clean_code,
     text_body,
 )
-from leasekeeper.backends.registry import URLSpec
+from leasekeeper.backends.spec import URLSpec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
 from leasekeeper.errors import ConfigError
 
@@ -242,17 +243,26 @@ class RedisStreamsBackend(CloudBackend):
         return self._consumer or f"{socket.gethostname()}-{os.getpid()}"
 
     def spec(self) -> URLSpec:
-        """This server, stream and group by URL, without the password: the other
-        process takes it from ``REDIS_PASSWORD`` (see ``from_url``)."""
+        """This server (host, port, db, TLS, user, client name), stream and group by
+        URL, without the password: the other process takes it from ``REDIS_PASSWORD``
+        (see ``leasekeeper.backends.schemes.redis``), the renewer process from
+        ``secret_options()``."""
         pool = self.client.connection_pool
         kwargs = pool.connection_kwargs
         scheme = "rediss" if issubclass(pool.connection_class, redis.SSLConnection) else "redis"
-        user = f"{kwargs['username']}@" if kwargs.get("username") else ""
+        user = f"{quote(kwargs['username'], safe='')}@" if kwargs.get("username") else ""
+        name = kwargs.get("client_name")
         return URLSpec.of(
             f"{scheme}://{user}{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-            f"/{kwargs.get('db', 0)}?stream={self.stream}&group={self.group}",
+            f"/{kwargs.get('db', 0)}?stream={self.stream}&group={self.group}"
+            + (f"&client_name={quote(name, safe='')}" if name else ""),
             {"visibility_timeout": self.max_visibility, "consumer": self._consumer},
         )
+
+    def secret_options(self) -> dict[str, Any]:
+        """The client's password: for the renewer process only."""
+        password = self.client.connection_pool.connection_kwargs.get("password")
+        return {"password": password} if password else {}
 
     def sibling(self, name: str, *, create: bool = True) -> RedisStreamsBackend:
         """The stream ``name`` on the same server, with a group of the same name and

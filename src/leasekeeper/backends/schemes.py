@@ -22,6 +22,7 @@ import os
 import re
 import sys
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from leasekeeper.backends._credentials import (
     AZURE_CONNECTION,
@@ -30,7 +31,7 @@ from leasekeeper.backends._credentials import (
     missing_variables,
     mns_no_credentials,
 )
-from leasekeeper.backends.registry import parse_url
+from leasekeeper.backends.urls import parse_url
 from leasekeeper.clock import Clock
 from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
 
@@ -43,7 +44,16 @@ if TYPE_CHECKING:
     from leasekeeper.backends.redis import RedisStreamsBackend
     from leasekeeper.backends.sqs import SQSBackend
 
-__all__ = ["aws_region_of", "azure", "memory", "mns", "redis", "sqs"]
+__all__ = [
+    "aws_region_of",
+    "azure",
+    "configured_endpoint",
+    "memory",
+    "mns",
+    "redis",
+    "sqs",
+    "sqs_endpoint",
+]
 
 # https://sqs.<region>.amazonaws.com[.cn]/<account>/<name> (and sqs-fips., and the
 # legacy <region>.queue.amazonaws.com): the region is the host's.
@@ -59,8 +69,46 @@ def aws_region_of(host: str) -> str | None:
     return None if match is None else match.group(1) or match.group(2)
 
 
-def _host_of(url: str) -> str:
-    return url.split("://", 1)[-1].split("/", 1)[0].lower()
+def configured_endpoint(service: str = "sqs") -> str | None:
+    """The endpoint botocore would give a client of ``service`` from this process's
+    configuration, as boto3 resolves it: ``AWS_ENDPOINT_URL_<SERVICE>``, then
+    ``AWS_ENDPOINT_URL``, then the shared config file's ``endpoint_url`` (the
+    profile's ``services`` section, then its own); None when none is configured
+    (or ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS`` says to ignore them)."""
+    import botocore.session
+    from botocore.configprovider import ConfiguredEndpointProvider
+
+    session = botocore.session.get_session()
+    if session.get_config_variable("ignore_configured_endpoint_urls"):
+        return None
+    found = ConfiguredEndpointProvider(
+        full_config=session.full_config,
+        scoped_config=session.get_scoped_config(),
+        client_name=service,
+    ).provide()
+    return str(found) if found else None
+
+
+def sqs_endpoint(
+    queue_url: str | None, endpoint_url: str | None = None
+) -> tuple[str | None, str | None]:
+    """(endpoint, region of the URL) for a client of the queue at ``queue_url``
+    (None: a queue by name): ``endpoint_url``, else the configured one
+    (``configured_endpoint``), else - for an AWS-shaped URL - None (botocore's
+    regional endpoint), else the URL's own origin."""
+    url_region = None
+    if queue_url is not None:
+        parts = urlsplit(queue_url)
+        url_region = aws_region_of(parts.hostname or "") if parts.scheme == "https" else None
+    endpoint = endpoint_url or configured_endpoint()
+    if endpoint is None and queue_url is not None and url_region is None:
+        endpoint = _origin(queue_url)
+    return endpoint, url_region
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
 
 
 def sqs(
@@ -71,19 +119,32 @@ def sqs(
     client_retries: bool = False,
     max_lease_age: float | None = None,
     clock: Clock | None = None,
+    **client_options: Any,
 ) -> SQSBackend:
-    """SQS: ``https://sqs.<region>.amazonaws.com/<account>/<name>`` is a queue by its
-    URL; ``sqs://<name>`` a queue by its name (GetQueueUrl). Another ``http(s)://``
-    URL is taken only when its host is the endpoint's: ``endpoint_url``, else
-    ``AWS_ENDPOINT_URL_SQS``, else ``AWS_ENDPOINT_URL`` (a local stand-in, a VPC
-    endpoint); any other is a
-    ValueError. The region: ``region``, else the URL's, else ``AWS_REGION``, else
-    ``AWS_DEFAULT_REGION``, else the SDK's configuration. Credentials come from
-    boto3's chain (environment, shared files, instance role), never the URL.
+    """SQS: any ``http(s)://host[:port]/<account>/<name>`` is a queue by its URL;
+    ``sqs://<name>`` a queue by its name (GetQueueUrl). The URL is a parameter of
+    the calls, which go to the endpoint: ``endpoint_url``, else
+    ``AWS_ENDPOINT_URL_SQS``, else ``AWS_ENDPOINT_URL``, else the shared config
+    file's ``endpoint_url`` (as botocore resolves it), else - for
+    ``https://sqs.<region>.amazonaws.com/...`` - that region's endpoint, else the
+    URL's own origin (a local stand-in: ElasticMQ, moto, LocalStack).
+
+    The region: ``region``, else an AWS URL's, else ``AWS_REGION``, else
+    ``AWS_DEFAULT_REGION``, else the shared config file's; for a URL that is its
+    own endpoint (none configured), us-east-1 when none is set (a local stand-in
+    takes any).
+    Credentials come from boto3's chain (environment, shared files, instance
+    role), never the URL; ``aws_access_key_id``, ``aws_secret_access_key`` and
+    ``aws_session_token`` given here are used and never put in the spec.
+
+    The client's settings (``SQSBackend.spec()`` carries a client's own):
+    ``retry_mode``, ``max_attempts`` (all attempts, the first included),
+    ``connect_timeout`` (default 5 s), ``read_timeout`` (default 30 s),
+    ``max_pool_connections``, ``http_proxy`` and ``https_proxy``.
     ``client_retries`` and ``max_lease_age``: ``SQSBackend``'s.
     """
     # leasekeeper's module before the SDK's: without it, its ImportError names the extra
-    from leasekeeper.backends.sqs import MAX_WAIT_SECONDS, SQSBackend, classify_exception
+    from leasekeeper.backends.sqs import SQSBackend, classify_exception
 
     parsed = parse_url(
         url,
@@ -91,40 +152,29 @@ def sqs(
         credentials_from="boto3 takes them from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
         "its shared files or an instance role",
     )
-    from botocore.config import Config
-
-    endpoint = (  # botocore's order: the service's own variable first
-        endpoint_url
-        or os.environ.get("AWS_ENDPOINT_URL_SQS")
-        or os.environ.get("AWS_ENDPOINT_URL")
-        or None
-    )
-    url_region: str | None = None
     queue_url: str | None = None
     if parsed.scheme == "sqs":
         if not parsed.host or parsed.path:
             raise ValueError(f"{parsed.text!r} is not an SQS queue URL: sqs://<queue name>")
+    elif parsed.scheme not in ("http", "https") or not parsed.host or len(parsed.path) != 2:
+        raise ValueError(
+            f"{parsed.text!r} is not an SQS queue URL: http(s)://host[:port]/<account>/<name>"
+        )
     else:
-        url_region = aws_region_of(parsed.host) if parsed.scheme == "https" else None
-        own = endpoint is not None and _host_of(endpoint) == _host_of(url)
-        if url_region is None and not own:
-            raise ValueError(
-                f"{parsed.text!r} is not an SQS queue URL: its host is no SQS endpoint "
-                "(https://sqs.<region>.amazonaws.com/<account>/<name>; for another "
-                "endpoint, pass endpoint_url= or set AWS_ENDPOINT_URL)"
-            )
-        if len(parsed.path) != 2:
-            raise ValueError(f"{parsed.text!r} is not an SQS queue URL: .../<account>/<name>")
-        queue_url = url.split("?", 1)[0]
+        queue_url = url.strip().split("?", 1)[0]
+    unknown = sorted(set(client_options) - _SQS_CLIENT_OPTIONS)
+    if unknown:
+        raise TypeError(f"sqs(): unexpected option(s) {', '.join(unknown)}")
+    configured = endpoint_url or configured_endpoint()
+    endpoint, url_region = sqs_endpoint(queue_url, configured)
+    region = region or url_region or os.environ.get("AWS_REGION") or None
+    if region is None and configured is None and endpoint is not None:  # the URL's origin
+        region = _default_region() or "us-east-1"  # a local stand-in takes any
     from botocore.exceptions import NoRegionError
 
     try:
-        client = sqs_client(
-            # None: AWS_DEFAULT_REGION, then the shared configuration
-            region_name=region or url_region or os.environ.get("AWS_REGION") or None,
-            endpoint_url=endpoint,
-            config=Config(connect_timeout=5, read_timeout=MAX_WAIT_SECONDS + 10),
-        )
+        settings = _sqs_config(client_options)
+        client = sqs_client(region_name=region, endpoint_url=endpoint, **settings)
     except NoRegionError as exc:  # say which variables, and where on a cluster
         raise ConfigError(f"NoRegionError: {aws_configuration(exc)}") from exc
     if queue_url is None:
@@ -137,6 +187,60 @@ def sqs(
     return SQSBackend(
         client, queue_url, clock=clock, client_retries=client_retries, max_lease_age=max_lease_age
     )
+
+
+_SQS_KEYS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+_SQS_CLIENT_OPTIONS = frozenset(
+    {
+        *_SQS_KEYS,
+        "retry_mode",
+        "max_attempts",
+        "connect_timeout",
+        "read_timeout",
+        "max_pool_connections",
+        "http_proxy",
+        "https_proxy",
+    }
+)
+
+
+def _default_region() -> str | None:
+    """The region botocore finds without being given one (AWS_DEFAULT_REGION, the
+    shared config file), or None."""
+    import botocore.session
+
+    region = botocore.session.get_session().get_config_variable("region")
+    return str(region) if region else None
+
+
+def _sqs_config(options: dict[str, Any]) -> dict[str, Any]:
+    """``sqs_client`` keyword arguments for the factory's client options."""
+    from botocore.config import Config
+
+    from leasekeeper.backends.sqs import MAX_WAIT_SECONDS
+
+    settings: dict[str, Any] = {
+        "connect_timeout": options.get("connect_timeout") or 5,
+        "read_timeout": options.get("read_timeout") or MAX_WAIT_SECONDS + 10,
+    }
+    retries = {
+        key: options[name]
+        for key, name in (("mode", "retry_mode"), ("total_max_attempts", "max_attempts"))
+        if options.get(name) is not None
+    }
+    if retries:
+        settings["retries"] = retries
+    if options.get("max_pool_connections"):
+        settings["max_pool_connections"] = options["max_pool_connections"]
+    proxies = {
+        scheme: options[f"{scheme}_proxy"]
+        for scheme in ("http", "https")
+        if options.get(f"{scheme}_proxy")
+    }
+    if proxies:
+        settings["proxies"] = proxies
+    keys = {name: options[name] for name in _SQS_KEYS if options.get(name)}
+    return {"config": Config(**settings), **keys}
 
 
 def sqs_client(**options: Any) -> SQSClient:
@@ -161,11 +265,16 @@ def mns(
     queue_visibility_timeout: float | None = None,
     max_lease_age: float | None = None,
     clock: Clock | None = None,
+    access_key_id: str | None = None,
+    access_key_secret: str | None = None,
+    security_token: str | None = None,
 ) -> MNSBackend:
     """Aliyun MNS: ``mns://<endpoint-host>/<queue>``, over https (``secure=False``, or
-    ``?secure=false`` in the URL: http, for a local server). Credentials from this
-    process's environment: ``MNS_ACCESS_KEY_ID``, ``MNS_ACCESS_KEY_SECRET`` and
-    optionally ``MNS_SECURITY_TOKEN``. The other options: ``MNSBackend``'s."""
+    ``?secure=false`` in the URL: http, for a local server). Credentials:
+    ``access_key_id``, ``access_key_secret`` and ``security_token`` (never put in
+    the spec), else this process's environment: ``MNS_ACCESS_KEY_ID``,
+    ``MNS_ACCESS_KEY_SECRET`` and optionally ``MNS_SECURITY_TOKEN``. The other
+    options: ``MNSBackend``'s."""
     from leasekeeper.backends.mns import MNSBackend
 
     parsed = parse_url(
@@ -179,16 +288,15 @@ def mns(
 
     if secure is None:
         secure = parsed.query.get("secure", "true").lower() not in _FALSE
-    access_id = os.environ.get("MNS_ACCESS_KEY_ID")
-    access_key = os.environ.get("MNS_ACCESS_KEY_SECRET")
+    access_id = access_key_id or os.environ.get("MNS_ACCESS_KEY_ID")
+    access_key = access_key_secret or os.environ.get("MNS_ACCESS_KEY_SECRET")
     if not access_id or not access_key:
         raise ConfigError(mns_no_credentials())
+    if access_key_id is None:
+        security_token = os.environ.get("MNS_SECURITY_TOKEN")
     host = parsed.host if parsed.port is None else f"{parsed.host}:{parsed.port}"
     account = Account(
-        f"{'https' if secure else 'http'}://{host}",
-        access_id,
-        access_key,
-        os.environ.get("MNS_SECURITY_TOKEN", ""),
+        f"{'https' if secure else 'http'}://{host}", access_id, access_key, security_token or ""
     )
     return MNSBackend(
         account.get_queue(parsed.path[0]),
@@ -215,6 +323,11 @@ def azure(
     expiry_margin: float | None = None,
     max_lease_age: float | None = None,
     clock: Clock | None = None,
+    account_key: str | None = None,
+    sas_token: str | None = None,
+    retry_total: int | None = None,
+    connection_timeout: float | None = None,
+    read_timeout: float | None = None,
 ) -> AzureQueueBackend:
     """Azure Storage Queue: ``azure://<account>/<queue>``, or ``azure:///<queue>`` for
     the account of ``AZURE_STORAGE_CONNECTION_STRING``.
@@ -225,7 +338,9 @@ def azure(
     ``https://<account>.queue.core.windows.net``; Azurite and sovereign clouds differ)
     with the credential from ``AZURE_STORAGE_SAS_TOKEN`` or
     ``AZURE_STORAGE_ACCOUNT_KEY``, else that connection string, else
-    ``azure.identity.DefaultAzureCredential``.
+    ``azure.identity.DefaultAzureCredential``. ``account_key`` or ``sas_token``
+    given here come first (and are never put in the spec). ``retry_total``,
+    ``connection_timeout`` and ``read_timeout``: the queue client's.
     """
     from leasekeeper.backends.azure import AzureQueueBackend
     from leasekeeper.backends.spec import SECRET_KEYS
@@ -246,13 +361,23 @@ def azure(
     from azure.storage.queue import QueueClient
 
     queue, account = parsed.path[0], parsed.host or None
+    settings: dict[str, Any] = {
+        name: value
+        for name, value in (
+            ("retry_total", retry_total),
+            ("connection_timeout", connection_timeout),
+            ("read_timeout", read_timeout),
+        )
+        if value is not None
+    }
     env_conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
     conn = connection_string
     matches = env_conn and (account is None or _connection_account(env_conn) in (account, None))
-    if conn is None and account_url is None and matches:
+    given = account_key or sas_token
+    if conn is None and account_url is None and matches and not given:
         conn = env_conn
     if conn is not None:
-        client = QueueClient.from_connection_string(conn, queue)
+        client = QueueClient.from_connection_string(conn, queue, **settings)
     else:
         if account_url is None and account is None:
             raise ConfigError(
@@ -263,17 +388,19 @@ def azure(
                 )
             )
         account_url = account_url or f"https://{account}.queue.core.windows.net"
-        credential: Any = os.environ.get("AZURE_STORAGE_SAS_TOKEN") or None
-        key = os.environ.get("AZURE_STORAGE_ACCOUNT_KEY")
+        credential: Any = sas_token or None
+        key = account_key or (None if given else os.environ.get("AZURE_STORAGE_ACCOUNT_KEY"))
+        if credential is None and not key:
+            credential = os.environ.get("AZURE_STORAGE_SAS_TOKEN") or None
         if credential is None and key:
             name = account or account_url.split("//", 1)[-1].split(".", 1)[0]
             credential = {"account_name": name, "account_key": key}
         if credential is None and env_conn:
-            client = QueueClient.from_connection_string(env_conn, queue)
+            client = QueueClient.from_connection_string(env_conn, queue, **settings)
         else:
             if credential is None:  # a ConfigError naming the variables without azure-identity
                 credential = azure_default_credential(account_url)
-            client = QueueClient(account_url, queue, credential=credential)
+            client = QueueClient(account_url, queue, credential=credential, **settings)
     margin: dict[str, Any] = {} if expiry_margin is None else {"expiry_margin": expiry_margin}
     return AzureQueueBackend(client, clock=clock, max_lease_age=max_lease_age, **margin)
 
@@ -298,12 +425,14 @@ def redis(
     consumer: str | None = None,
     visibility_timeout: float = 30.0,
     clock: Clock | None = None,
+    password: str | None = None,
 ) -> RedisStreamsBackend:
     """Redis Streams: ``redis://[user:password@]host:port/db?stream=S&group=G``
     (``rediss://`` over TLS; ``stream``, ``group``, ``consumer`` and
     ``visibility_timeout`` in the query or as options; the group defaults to
-    "leasekeeper"). Without a password in the URL, ``REDIS_PASSWORD``
-    (and ``REDIS_USERNAME``) from the environment, if set: a spec carries none.
+    "leasekeeper"). The password: ``password`` (never put in the spec), else the
+    URL's, else ``REDIS_PASSWORD`` (and ``REDIS_USERNAME``) from the environment,
+    if set: a spec carries none.
     Other query parameters are redis-py's connection options. ``consumer``,
     ``visibility_timeout``: ``RedisStreamsBackend``'s."""
     from leasekeeper.backends.redis import DEFAULT_GROUP, RedisStreamsBackend
@@ -320,7 +449,9 @@ def redis(
     if "visibility_timeout" in parsed.query:  # a command line names its queue by URL alone
         visibility_timeout = float(parsed.query["visibility_timeout"])
     options: dict[str, Any] = {"socket_timeout": 10.0}
-    if not parsed.password and os.environ.get("REDIS_PASSWORD"):
+    if password:
+        options["password"] = password
+    elif not parsed.password and os.environ.get("REDIS_PASSWORD"):
         options["password"] = os.environ["REDIS_PASSWORD"]
         options["username"] = os.environ.get("REDIS_USERNAME") or None
     client = redis_py.Redis.from_url(base + (f"?{kept}" if kept else ""), **options)

@@ -33,7 +33,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[sqs]'"
     ) from _exc
 
-from leasekeeper.backends._credentials import aws_configuration, aws_credentials_problem
+from leasekeeper.backends._credentials import aws_configuration
 from leasekeeper.backends.base import (
     OK,
     REDACTED,
@@ -52,8 +52,8 @@ from leasekeeper.backends.base import (
     said,
     whole_seconds,
 )
-from leasekeeper.backends.registry import URLSpec
-from leasekeeper.backends.spec import SQSSpec
+from leasekeeper.backends.rebuild import sqs_credentials_problem, sqs_secrets, sqs_settings
+from leasekeeper.backends.spec import SQSSpec, URLSpec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.errors import ReceiveError
 
@@ -337,21 +337,19 @@ class SQSBackend(CloudBackend):
         self._attributes = ReadOnce(self._read_attributes)
         self._system_attribute_names = _supports_system_attribute_names(client)
 
-    credentials_problem = staticmethod(aws_credentials_problem)
+    def credentials_problem(self) -> str | None:
+        return sqs_credentials_problem(self._client)
+
+    def secret_options(self) -> dict[str, Any]:
+        """Keys given in code, a proxy's password: for the renewer process only."""
+        return sqs_secrets(self._client)
 
     def spec(self) -> URLSpec:
-        """This queue by URL, with the client's region and endpoint; credentials from
-        the other process's AWS credential chain (see ``leasekeeper.backends.spec``)."""
-        meta = getattr(self._client, "meta", None)
-        return URLSpec.of(
-            self.queue_url,
-            {
-                "region": getattr(meta, "region_name", None),
-                "endpoint_url": getattr(meta, "endpoint_url", None),
-                "client_retries": self.client_retries or None,
-                "max_lease_age": self.max_lease_age if self._lease_age_given else None,
-            },
-        )
+        """This queue by URL with its client's settings (``rebuild.sqs_settings``);
+        credentials from the other process's chain (``leasekeeper.backends.spec``)."""
+        own: dict[str, Any] = {"client_retries": self.client_retries or None}
+        own["max_lease_age"] = self.max_lease_age if self._lease_age_given else None
+        return URLSpec.of(self.queue_url, {**sqs_settings(self._client), **own})
 
     def sibling(self, name: str, *, create: bool = False) -> SQSBackend:
         """The queue ``name`` through the same client (GetQueueUrl; with ``create``,

@@ -2,13 +2,12 @@
 
 A source is a small picklable, secret-free description of a queue that builds its
 backend where it is used (an executor for ``drain``, the driver-side reader process
-for ``read_stream``). They are the very classes ``backend.spec()`` returns, which
-the out-of-process renewer builds its backend from: ``SQSSource`` is
-``leasekeeper.backends.sqs.SQSSpec``, ``MNSSource`` is
-``leasekeeper.backends.mns.MNSSpec`` and ``AzureQueueSource`` is
-``leasekeeper.backends.azure.AzureQueueSpec`` (so ``drain(spark, backend.spec(),
-...)`` works too). Each is imported on first use, from its backend's module, so
-``leasekeeper.spark`` needs only the SDK of the service it reads.
+for ``read_stream``): ``backend.spec()`` (a ``URLSpec``, with the client's
+settings: endpoint, region, retries, timeouts, proxies), ``queue=URL``, or the
+older ``SQSSource``, ``MNSSource`` and ``AzureQueueSource``, which are
+``leasekeeper.backends.spec``'s ``SQSSpec``, ``MNSSpec`` and ``AzureQueueSpec``.
+None needs an SDK until it builds, so ``leasekeeper.spark`` needs only the SDK
+of the service it reads.
 
 Credentials never travel in a source: each process takes them from its own
 environment or the cloud SDK's usual chain. ``build_backend`` is the one place a
@@ -26,8 +25,8 @@ from typing import Any
 
 from leasekeeper.backends import spec as specs
 from leasekeeper.backends.base import Backend
-from leasekeeper.backends.registry import URLSpec, factory_for, parse_url
-from leasekeeper.backends.spec import BackendSpec
+from leasekeeper.backends.spec import BackendSpec, URLSpec
+from leasekeeper.backends.urls import factory_for, parse_url
 
 #: Anything with ``build() -> Backend`` that pickles (the older name of BackendSpec).
 Source = BackendSpec

@@ -1,0 +1,223 @@
+"""The client the user built, read so another process can build it again.
+
+A backend's ``spec()`` carries its client's settings (``*_settings``): the
+endpoint, region, retries, timeouts, pool size and proxies of a boto3 client, the
+endpoint and HTTPS of an MNS one, the account URL, retries and timeouts of an Azure
+queue client. Their secrets (``*_secrets``: keys given in code, a proxy's password)
+never go in a spec: they go only to the renewer process, over its private socket
+(``leasekeeper.backends.spec.renewal_spec``). Credentials that process cannot be
+given or find itself - a refreshing provider built in code - are a
+``*_credentials_problem``: the workers renew in a thread then.
+
+Every function reads the SDK objects through their attributes (it imports no
+SDK). Some settings live only in an SDK's private fields; they are read with
+``getattr`` and a default, so an SDK that moves them loses the setting, not the
+queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from leasekeeper.backends._credentials import aws_credentials_problem
+from leasekeeper.backends.urls import redact_url
+
+__all__ = [
+    "azure_credentials_given",
+    "azure_secrets",
+    "azure_settings",
+    "mns_credentials_given",
+    "mns_renewal_problem",
+    "mns_secrets",
+    "sqs_credentials_problem",
+    "sqs_secrets",
+    "sqs_settings",
+]
+
+# Where botocore's own chain finds credentials: the renewer process, on this
+# machine with this environment, finds refreshing ones of these kinds itself.
+_AWS_CHAIN_METHODS = frozenset(
+    {
+        "env",
+        "shared-credentials-file",
+        "config-file",
+        "assume-role",
+        "assume-role-with-web-identity",
+        "sso",
+        "iam-role",
+        "container-role",
+        "custom-process",
+        "boto-config",
+        "ec2-credentials-file",
+    }
+)
+
+
+# azure-identity's credentials that find their secret where the other process finds
+# it too (its environment, the machine's identity, the signed-in CLI).
+_AZURE_FOUND_AGAIN = frozenset(
+    {
+        "DefaultAzureCredential",
+        "ManagedIdentityCredential",
+        "EnvironmentCredential",
+        "WorkloadIdentityCredential",
+        "AzureCliCredential",
+    }
+)
+
+
+def _proxies(proxies: object) -> dict[str, str]:
+    """``http_proxy``/``https_proxy`` options of a proxies dict (password kept)."""
+    if not isinstance(proxies, Mapping):
+        return {}
+    return {
+        f"{scheme}_proxy": str(url)
+        for scheme, url in proxies.items()
+        if scheme in ("http", "https") and url
+    }
+
+
+def sqs_settings(client: Any) -> dict[str, Any]:
+    """The factory options (``leasekeeper.backends.schemes.sqs``) that make a client
+    like ``client``: endpoint, region, retry mode and attempts, timeouts, pool
+    size, proxies. The proxies keep their password: a spec drops it
+    (``public_options``), ``sqs_secrets`` sends it to the renewer process."""
+    meta = getattr(client, "meta", None)
+    config = getattr(meta, "config", None)
+    retries = getattr(config, "retries", None)
+    retries = retries if isinstance(retries, Mapping) else {}
+    return {
+        "region": getattr(meta, "region_name", None),
+        "endpoint_url": getattr(meta, "endpoint_url", None),
+        "retry_mode": retries.get("mode"),
+        "max_attempts": retries.get("total_max_attempts"),
+        "connect_timeout": getattr(config, "connect_timeout", None),
+        "read_timeout": getattr(config, "read_timeout", None),
+        "max_pool_connections": getattr(config, "max_pool_connections", None),
+        **_proxies(getattr(config, "proxies", None)),
+    }
+
+
+def _aws_credentials(client: Any) -> Any:
+    # botocore keeps a client's credentials only on its request signer.
+    return getattr(getattr(client, "_request_signer", None), "_credentials", None)
+
+
+def _refreshes(credentials: object) -> bool:
+    return callable(getattr(credentials, "refresh_needed", None))
+
+
+def sqs_secrets(client: Any) -> dict[str, Any]:
+    """What the renewer process needs to make ``client`` and cannot find itself:
+    fixed keys (given in code, from a profile chosen in code...), a proxy's URL
+    with its password. Refreshing credentials are not sent (they would expire)."""
+    secrets: dict[str, Any] = {
+        name: url for name, url in _proxies_of(client).items() if redact_url(url) != url
+    }
+    credentials = _aws_credentials(client)
+    if credentials is not None and not _refreshes(credentials):
+        frozen = credentials.get_frozen_credentials()
+        secrets["aws_access_key_id"] = frozen.access_key
+        secrets["aws_secret_access_key"] = frozen.secret_key
+        if frozen.token:
+            secrets["aws_session_token"] = frozen.token
+    return secrets
+
+
+def _proxies_of(client: Any) -> dict[str, str]:
+    config = getattr(getattr(client, "meta", None), "config", None)
+    return _proxies(getattr(config, "proxies", None))
+
+
+def sqs_credentials_problem(client: Any) -> str | None:
+    """Why the renewer process could not have ``client``'s credentials: they refresh
+    through a provider built in this process (not one of botocore's chain); or,
+    with none on the client, none in the environment either. None when it can."""
+    credentials = _aws_credentials(client)
+    if credentials is None:
+        return aws_credentials_problem()
+    if not _refreshes(credentials):
+        return None  # sent to it (sqs_secrets)
+    method = str(getattr(credentials, "method", "") or "")
+    if method in _AWS_CHAIN_METHODS:
+        return aws_credentials_problem()  # its own chain finds them, as this one did
+    return (
+        f"the client's AWS credentials refresh through a provider built in this process "
+        f"({method or 'custom'}), which another process cannot rebuild"
+    )
+
+
+def mns_credentials_given(provider: Any) -> tuple[str, str, str] | None:
+    """The (key id, secret, token) of a static MNS credentials provider, else None
+    (a provider of another kind refreshes: it cannot be sent)."""
+    if type(provider).__name__ != "StaticCredentialsProvider":
+        return None
+    credentials = provider.get_credentials()
+    return (
+        credentials.get_access_key_id(),
+        credentials.get_access_key_secret(),
+        credentials.get_security_token() or "",
+    )
+
+
+def mns_renewal_problem(provider: Any) -> str | None:
+    """Why the renewer process could not have the MNS keys of ``provider``: they
+    come from a provider built in this process (a refreshing one); None for keys."""
+    if mns_credentials_given(provider) is not None:
+        return None
+    return (
+        f"the MNS credentials come from a provider built in this process "
+        f"({type(provider).__name__}), which another process cannot rebuild"
+    )
+
+
+def mns_secrets(provider: Any) -> dict[str, Any]:
+    """The MNS factory's secret options for the keys ``provider`` holds."""
+    given = mns_credentials_given(provider)
+    if given is None:
+        return {}
+    key_id, secret, token = given
+    return {
+        "access_key_id": key_id,
+        "access_key_secret": secret,
+        **({"security_token": token} if token else {}),
+    }
+
+
+def azure_settings(queue_client: Any) -> dict[str, Any]:
+    """The Azure factory's options for the queue client's retries and timeouts."""
+    config = getattr(queue_client, "_config", None)
+    retry = getattr(config, "retry_policy", None)
+    connection = getattr(getattr(config, "transport", None), "connection_config", None)
+    return {
+        "retry_total": getattr(retry, "total_retries", None),
+        "connection_timeout": getattr(connection, "timeout", None),
+        "read_timeout": getattr(connection, "read_timeout", None),
+    }
+
+
+def azure_credentials_given(queue_client: Any) -> dict[str, Any] | None:
+    """The Azure factory's secret options for the queue client's credential: an
+    account key (given as such or in a connection string), a SAS token (in its URL
+    or as an AzureSasCredential); ``{}`` for a token credential, which the other
+    process makes its own of (azure-identity); None for none it can send."""
+    credential = getattr(queue_client, "credential", None)
+    key = getattr(credential, "account_key", None)
+    if isinstance(key, str) and key:
+        return {"account_key": key}
+    signature = getattr(credential, "signature", None)
+    if isinstance(signature, str) and signature:
+        return {"sas_token": signature}
+    sas = str(getattr(queue_client, "url", "")).partition("?")[2]
+    if sas:
+        return {"sas_token": sas}
+    if credential is None:
+        return {}
+    if type(credential).__name__ in _AZURE_FOUND_AGAIN:
+        return {}
+    return None
+
+
+def azure_secrets(queue_client: Any) -> dict[str, Any]:
+    return azure_credentials_given(queue_client) or {}
