@@ -54,6 +54,7 @@ from leasekeeper.backends.base import (
 )
 from leasekeeper.backends.registry import URLSpec
 from leasekeeper.backends.spec import SQSSpec
+from leasekeeper.backends.sqs_http import CLIENT_METHODS, LeanPath, lean_path
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.errors import ReceiveError
 
@@ -289,6 +290,13 @@ class SQSBackend(CloudBackend):
     lease's remaining time, so its own calls make one attempt each: a botocore
     ``needs-retry`` hook ends them, and no other call on the client, after one
     attempt. ``client_retries=True`` leaves them to botocore's policy too.
+
+    ``fast_path`` (default True): ReceiveMessage, DeleteMessageBatch and
+    ChangeMessageVisibilityBatch skip botocore's per-call machinery (the lean path,
+    ``leasekeeper.backends.sqs_http``: the client's credentials, endpoint, timeouts
+    and retry mode, botocore's signer, a pooled connection), wherever the client's
+    configuration allows and no event hook of yours is registered on it; False
+    sends every call through the client.
     """
 
     service = "SQS"
@@ -316,11 +324,14 @@ class SQSBackend(CloudBackend):
         clock: Clock | None = None,
         client_retries: bool = False,
         max_lease_age: float | None = None,
+        fast_path: bool = True,
     ) -> None:
         if not isinstance(queue_url, str) or not queue_url:
             raise ValueError("queue_url must be the queue's URL (a non-empty str)")
         self._client = client
         self.client_retries = client_retries
+        self.fast_path = fast_path
+        self._lean: LeanPath | None = lean_path(client) if fast_path else None
         events = getattr(getattr(client, "meta", None), "events", None)
         if not client_retries and events is not None:
             for operation in _OWN_OPERATIONS:  # the unique id: once per client
@@ -350,6 +361,7 @@ class SQSBackend(CloudBackend):
                 "endpoint_url": getattr(meta, "endpoint_url", None),
                 "client_retries": self.client_retries or None,
                 "max_lease_age": self.max_lease_age if self._lease_age_given else None,
+                "fast_path": None if self.fast_path else False,
             },
         )
 
@@ -370,6 +382,7 @@ class SQSBackend(CloudBackend):
             clock=self.clock,
             client_retries=self.client_retries,
             max_lease_age=self.max_lease_age if self._lease_age_given else None,
+            fast_path=self.fast_path,
         )
 
     def __repr__(self) -> str:
@@ -444,7 +457,7 @@ class SQSBackend(CloudBackend):
             params["AttributeNames"] = ["All"]
         # Rule 1: the deadline counts from just before the request is sent.
         received_at = self.clock.now()
-        response = self.call("receive", lambda: self._client.receive_message(**params))
+        response = self.call("receive", lambda: self._hot("ReceiveMessage", params))
         messages = [
             self._message(raw, raw, received_at, vis) for raw in response.get("Messages", [])
         ]
@@ -584,19 +597,25 @@ class SQSBackend(CloudBackend):
             {"Id": str(index), "ReceiptHandle": handle.receipt}
             for index, handle in enumerate(handles)
         ]
-        client = self._client
-        if seconds is None:
-            call: Any = client.delete_message_batch
-        else:
-            call = client.change_message_visibility_batch
+        name = "DeleteMessageBatch"
+        if seconds is not None:
+            name = "ChangeMessageVisibilityBatch"
             for entry in entries:
                 entry["VisibilityTimeout"] = seconds
+        params = {"QueueUrl": self.queue_url, "Entries": entries}
         _OWN_CALL.active = not self.client_retries
         try:
-            response = call(QueueUrl=self.queue_url, Entries=entries)
+            response = self._hot(name, params, retries=self.client_retries)
         finally:
             _OWN_CALL.active = False
         return self._outcomes(operation, handles, response)
+
+    def _hot(self, operation: str, params: dict[str, Any], *, retries: bool = True) -> Any:
+        """A hot call: through the lean path where it can stand in for the client."""
+        lean = self._lean
+        if lean is not None and lean.usable():
+            return lean.call(operation, params, retries=retries)
+        return getattr(self._client, CLIENT_METHODS[operation])(**params)
 
     def _outcomes(
         self, operation: str, handles: Sequence[Handle], answer: Mapping[str, Any]
