@@ -71,6 +71,7 @@ def sqs(
     client_retries: bool = False,
     max_lease_age: float | None = None,
     clock: Clock | None = None,
+    fast_path: bool = True,
 ) -> SQSBackend:
     """SQS: ``https://sqs.<region>.amazonaws.com/<account>/<name>`` is a queue by its
     URL; ``sqs://<name>`` a queue by its name (GetQueueUrl). Another ``http(s)://``
@@ -80,7 +81,7 @@ def sqs(
     ValueError. The region: ``region``, else the URL's, else ``AWS_REGION``, else
     ``AWS_DEFAULT_REGION``, else the SDK's configuration. Credentials come from
     boto3's chain (environment, shared files, instance role), never the URL.
-    ``client_retries`` and ``max_lease_age``: ``SQSBackend``'s.
+    ``client_retries``, ``max_lease_age`` and ``fast_path``: ``SQSBackend``'s.
     """
     # leasekeeper's module before the SDK's: without it, its ImportError names the extra
     from leasekeeper.backends.sqs import MAX_WAIT_SECONDS, SQSBackend, classify_exception
@@ -135,7 +136,12 @@ def sqs(
             fatal: ReceiveErrorKind = "fatal" if kind == "fatal" else "retry"
             raise ReceiveError(fatal, detail, operation="GetQueueUrl", service="SQS") from exc
     return SQSBackend(
-        client, queue_url, clock=clock, client_retries=client_retries, max_lease_age=max_lease_age
+        client,
+        queue_url,
+        clock=clock,
+        client_retries=client_retries,
+        max_lease_age=max_lease_age,
+        fast_path=fast_path,
     )
 
 

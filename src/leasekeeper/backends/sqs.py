@@ -291,12 +291,9 @@ class SQSBackend(CloudBackend):
     ``needs-retry`` hook ends them, and no other call on the client, after one
     attempt. ``client_retries=True`` leaves them to botocore's policy too.
 
-    ``fast_path`` (default True): ReceiveMessage, DeleteMessageBatch and
-    ChangeMessageVisibilityBatch skip botocore's per-call machinery (the lean path,
-    ``leasekeeper.backends.sqs_http``: the client's credentials, endpoint, timeouts
-    and retry mode, botocore's signer, a pooled connection), wherever the client's
-    configuration allows and no event hook of yours is registered on it; False
-    sends every call through the client.
+    ``fast_path`` (True): the hot calls (receive, extend, release, delete) take the
+    lean path (``lean``, see ``leasekeeper.backends.sqs_http``) wherever the client's
+    configuration allows and it has no event hook of yours; False: the client for all.
     """
 
     service = "SQS"
@@ -391,6 +388,11 @@ class SQSBackend(CloudBackend):
     @property
     def client(self) -> SQSClient:
         return self._client
+
+    @property
+    def lean(self) -> LeanPath | None:
+        """The lean call path of the hot calls (None: every call goes through the client)."""
+        return self._lean
 
     # ------------------------------------------------------------------ queue settings
 

@@ -219,6 +219,13 @@ class LeanPath:
     retries itself within each lease's deadline).
     """
 
+    #: The request signer (botocore's, the client's own kind), and the JSON codec.
+    signer: Any = SigV4Auth
+    encode: Callable[[Any], bytes] = staticmethod(
+        lambda value: json.dumps(value, separators=(",", ":")).encode()
+    )
+    decode: Callable[[bytes], Any] = staticmethod(json.loads)
+
     def __init__(self, client: Any) -> None:
         reason = why_not(client)
         if reason is not None:
@@ -289,7 +296,7 @@ class LeanPath:
     # ------------------------------------------------------------------ the call
 
     def call(self, operation: str, params: Mapping[str, Any], *, retries: bool = True) -> Any:
-        body = json.dumps(params, separators=(",", ":")).encode()
+        body = self.encode(params)
         context: dict[str, Any] = {}
         attempt = 0
         while True:
@@ -304,7 +311,7 @@ class LeanPath:
             else:
                 if answer.status_code < 300:
                     self._quota.release_retry_quota(context, answer)  # type: ignore[arg-type]
-                    return json.loads(data) if data.strip() else {}
+                    return self.decode(data) if data.strip() else {}
                 parsed = parse_error(answer.status_code, answer.headers, data)
             if retries:
                 delay = self._retry.needs_retry(
@@ -343,7 +350,7 @@ class LeanPath:
         if trace and "AWS_LAMBDA_FUNCTION_NAME" in os.environ:  # as botocore's handler
             headers["X-Amzn-Trace-Id"] = quote(trace, safe="-=;:+&[]{}\"',")
         request = AWSRequest(method="POST", url=self.endpoint, data=body, headers=headers)
-        SigV4Auth(credentials.get_frozen_credentials(), "sqs", self._region).add_auth(request)
+        self.signer(credentials.get_frozen_credentials(), "sqs", self._region).add_auth(request)
         return dict(request.headers.items())
 
     def _send(self, operation: str, body: bytes) -> tuple[_Answer, bytes]:
