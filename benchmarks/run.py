@@ -30,6 +30,7 @@ from benchmarks import (
     bench_memory,
     bench_register,
     bench_renewer,
+    bench_sqs_path,
     bench_stream,
     bench_worker_calls,
 )
@@ -55,6 +56,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], BenchResult]]] = {
         bench_failover,
         bench_renewer,
         bench_worker_calls,
+        bench_sqs_path,
         bench_adaptive,
         bench_stream,
         bench_cluster,

@@ -17,7 +17,6 @@ import json
 import logging
 import math
 import re
-import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -54,7 +53,14 @@ from leasekeeper.backends.base import (
 )
 from leasekeeper.backends.registry import URLSpec
 from leasekeeper.backends.spec import SQSSpec
-from leasekeeper.backends.sqs_http import CLIENT_METHODS, LeanPath, lean_path
+from leasekeeper.backends.sqs_http import (
+    CLIENT_METHODS,
+    OWN_CALL,
+    OWN_OPERATIONS,
+    LeanPath,
+    lean_path,
+    one_attempt,
+)
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.errors import ReceiveError
 
@@ -213,39 +219,6 @@ def classify_exception(exc: BaseException) -> tuple[OutcomeKind, str]:
     return kind, detail
 
 
-# Set on a thread while it is inside one of leasekeeper's own batch calls.
-_OWN_CALL = threading.local()
-_OWN_OPERATIONS = ("ChangeMessageVisibilityBatch", "DeleteMessageBatch")
-
-
-def _one_attempt(
-    response: Any = None,
-    caught_exception: BaseException | None = None,
-    operation: Any = None,
-    **_: Any,
-) -> None:
-    """botocore ``needs-retry`` hook: end leasekeeper's own calls after one attempt.
-
-    botocore would retry a 5xx, a throttle or a reset inside the call, sleeping up
-    to seconds between attempts while the lease's deadline runs out, and would
-    not know the deadline. The manager retries these itself, within each lease's
-    remaining time, so its calls fail fast instead: the attempt's own exception,
-    or the ClientError botocore would have raised. Calls the application makes on
-    the same client are left to botocore's retry policy.
-    """
-    if not getattr(_OWN_CALL, "active", False):
-        return None
-    if caught_exception is not None:
-        raise caught_exception
-    if response is None:
-        return None
-    http_response, parsed = response
-    if getattr(http_response, "status_code", 200) < 300:
-        return None
-    name = getattr(operation, "name", "") or "SQS call"
-    raise boto.ClientError(parsed, name)
-
-
 def _int_attribute(attributes: object, name: str) -> int | None:
     value = attributes.get(name) if isinstance(attributes, Mapping) else None
     return int(value) if isinstance(value, (str, int)) and str(value).isdigit() else None
@@ -331,10 +304,10 @@ class SQSBackend(CloudBackend):
         self._lean: LeanPath | None = lean_path(client) if fast_path else None
         events = getattr(getattr(client, "meta", None), "events", None)
         if not client_retries and events is not None:
-            for operation in _OWN_OPERATIONS:  # the unique id: once per client
+            for operation in OWN_OPERATIONS:  # the unique id: once per client
                 events.register_first(
                     f"needs-retry.sqs.{operation}",
-                    _one_attempt,
+                    one_attempt,
                     unique_id=f"leasekeeper-one-attempt-{operation}",
                 )
         self.queue_url = queue_url
@@ -605,11 +578,11 @@ class SQSBackend(CloudBackend):
             for entry in entries:
                 entry["VisibilityTimeout"] = seconds
         params = {"QueueUrl": self.queue_url, "Entries": entries}
-        _OWN_CALL.active = not self.client_retries
+        OWN_CALL.active = not self.client_retries
         try:
             response = self._hot(name, params, retries=self.client_retries)
         finally:
-            _OWN_CALL.active = False
+            OWN_CALL.active = False
         return self._outcomes(operation, handles, response)
 
     def _hot(self, operation: str, params: dict[str, Any], *, retries: bool = True) -> Any:

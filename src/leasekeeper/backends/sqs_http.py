@@ -29,6 +29,10 @@ protocol other than JSON. ``LeanPath.usable()`` is checked on every call: hooks
 registered on the client's events beyond botocore's own (a botocore Stubber,
 moto's in-process mock, your instrumentation) send the calls back through the
 client. Nothing here logs a request's body: it carries receipts.
+
+The client's own path keeps one thing here too: ``one_attempt``, the botocore
+``needs-retry`` hook that ends leasekeeper's own batch calls after one attempt
+(``OWN_CALL.active`` marks them), as ``LeanPath.call(retries=False)`` does.
 """
 
 from __future__ import annotations
@@ -52,7 +56,17 @@ from botocore.awsrequest import AWSRequest
 from botocore.httpsession import get_cert_path
 from botocore.retries import quota, standard
 
-__all__ = ["CLIENT_METHODS", "HOT_OPERATIONS", "LeanPath", "lean_path", "parse_error", "why_not"]
+__all__ = [
+    "CLIENT_METHODS",
+    "HOT_OPERATIONS",
+    "OWN_CALL",
+    "OWN_OPERATIONS",
+    "one_attempt",
+    "LeanPath",
+    "lean_path",
+    "parse_error",
+    "why_not",
+]
 
 log = logging.getLogger("leasekeeper.backends.sqs")
 
@@ -386,6 +400,44 @@ class LeanPath:
     def close(self) -> None:
         self._pool.close()
 
+
+# ---------------------------------------------------------------------- the client's path
+
+
+# Set on a thread while it is inside one of leasekeeper's own batch calls.
+OWN_CALL = threading.local()
+OWN_OPERATIONS = ("ChangeMessageVisibilityBatch", "DeleteMessageBatch")
+
+
+def one_attempt(
+    response: Any = None,
+    caught_exception: BaseException | None = None,
+    operation: Any = None,
+    **_: Any,
+) -> None:
+    """botocore ``needs-retry`` hook: end leasekeeper's own calls after one attempt.
+
+    botocore would retry a 5xx, a throttle or a reset inside the call, sleeping up
+    to seconds between attempts while the lease's deadline runs out, and would
+    not know the deadline. The manager retries these itself, within each lease's
+    remaining time, so its calls fail fast instead: the attempt's own exception,
+    or the ClientError botocore would have raised. Calls the application makes on
+    the same client are left to botocore's retry policy.
+    """
+    if not getattr(OWN_CALL, "active", False):
+        return None
+    if caught_exception is not None:
+        raise caught_exception
+    if response is None:
+        return None
+    http_response, parsed = response
+    if getattr(http_response, "status_code", 200) < 300:
+        return None
+    name = getattr(operation, "name", "") or "SQS call"
+    raise boto.ClientError(parsed, name)
+
+
+# ---------------------------------------------------------------------- one path per client
 
 _PATHS: weakref.WeakKeyDictionary[Any, LeanPath | None] = weakref.WeakKeyDictionary()
 _PATHS_LOCK = threading.Lock()
