@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from benchmarks.common import (
+    MOTO_ENV,
     BenchResult,
     Context,
     Row,
@@ -62,6 +63,7 @@ def _cpu() -> float:
 
 def worker_trial(endpoint: str, variant: str, jobs: int) -> dict[str, Any]:
     """One variant over ``jobs`` no-op messages: CPU seconds and msgs/s."""
+    os.environ.update(MOTO_ENV)  # the renewer process builds its client from them
     url = _fill(endpoint, jobs)
     client = sqs_client(endpoint)
     if variant == "bare boto3":
