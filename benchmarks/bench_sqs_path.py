@@ -212,7 +212,7 @@ def run(ctx: Context) -> BenchResult:
         )
     client = calls.get("boto3 client", {})
     for name, figures in calls.items():
-        if name == "boto3 client":
+        if name == "boto3 client" or not isinstance(figures, dict):
             continue
         result.rows.append(
             Row(
