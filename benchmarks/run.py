@@ -31,6 +31,7 @@ from benchmarks import (
     bench_queues,
     bench_register,
     bench_renewer,
+    bench_sqs_path,
     bench_stream,
     bench_worker_calls,
 )
@@ -57,6 +58,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], BenchResult]]] = {
         bench_renewer,
         bench_worker_calls,
         bench_queues,
+        bench_sqs_path,
         bench_adaptive,
         bench_stream,
         bench_cluster,

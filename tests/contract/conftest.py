@@ -184,9 +184,36 @@ class SQSFaults(FaultHooks):
         return AWSResponse("http://recorded", status, {}, None), parsed
 
 
-def _sqs(request: pytest.FixtureRequest) -> Subject:
+class ScriptedFaults(FaultHooks):
+    """The same recorded answers for the lean call path, which botocore's hooks never
+    see: sent by a loopback server between the client and moto
+    (tests/sqs/scripted.py) as SQS's JSON protocol carries them. A receive that
+    fails "retry" fails every attempt the client's retry policy makes."""
+
+    kinds = SQSFaults.kinds
+
+    def __init__(self, script: Any, attempts: int) -> None:
+        self._script = script
+        self._attempts = attempts
+
+    def fail_next(self, operation: Operation, kind: FaultKind) -> str:
+        code, query_code, message, status = _SQS_ANSWERS[kind]
+        repeat = self._attempts if operation == "receive" and kind == "retry" else 1
+        for _ in range(repeat):
+            self._script.error(
+                _SQS_OPERATIONS[operation],
+                code=code,
+                query_code=query_code,
+                message=message.format(receipt="AQEB" + "x" * 200),
+                status=status,
+            )
+        return code
+
+
+def _sqs(request: pytest.FixtureRequest, *, lean: bool = False) -> Subject:
     from leasekeeper.backends.sqs import SQSBackend
     from tests.services import make_client
+    from tests.sqs.scripted import ScriptedSQS
 
     endpoint: str = request.getfixturevalue("moto_endpoint")
     admin = make_client(endpoint)
@@ -194,10 +221,20 @@ def _sqs(request: pytest.FixtureRequest) -> Subject:
         QueueName=f"contract-{uuid.uuid4().hex[:12]}",
         Attributes={"VisibilityTimeout": str(int(HIDDEN))},
     )["QueueUrl"]
-    client = make_client(endpoint)
+    script = ScriptedSQS(upstream=endpoint) if lean else None
+    client = make_client(script.url if script is not None else endpoint)
+    # the queue by the host the client calls (moto finds it by its path)
+    backend = SQSBackend(client, url.replace(endpoint, client.meta.endpoint_url), fast_path=lean)
+    faults: FaultHooks
+    if script is None:
+        faults = SQSFaults(client)
+    else:
+        lean_path = backend.lean
+        assert lean_path is not None and lean_path.usable(), "the lean path is not in use"
+        faults = ScriptedFaults(script, lean_path.max_attempts)
     subject = Subject(
-        name="sqs-moto",
-        backend=SQSBackend(client, url),
+        name="sqs-moto-lean" if lean else "sqs-moto",
+        backend=backend,
         clock=SYSTEM_CLOCK,
         send=lambda body: admin.send_message(QueueUrl=url, MessageBody=body),
         pause=time.sleep,
@@ -207,10 +244,12 @@ def _sqs(request: pytest.FixtureRequest) -> Subject:
         delete_twice="ok",  # a standard queue answers 200 (SQS and moto alike)
         total_cap=43200.0,
         lease_age=43200.0,
-        faults=SQSFaults(client),
+        faults=faults,
         drop_queue=lambda: admin.delete_queue(QueueUrl=url),
     )
     subject.cleanup.append(lambda: admin.delete_queue(QueueUrl=url))
+    if script is not None:
+        subject.cleanup.append(script.close)
     return subject
 
 
@@ -423,12 +462,14 @@ SUBJECTS: dict[str, Callable[[pytest.FixtureRequest], Subject]] = {
     "memory": lambda request: _memory(request, rotate=False),
     "memory-rotating": lambda request: _memory(request, rotate=True),
     "sqs-moto": _sqs,
+    # the same, through the lean call path (backends/sqs_http.py)
+    "sqs-moto-lean": lambda request: _sqs(request, lean=True),
     "mns-local": _mns,
     "azure-azurite": _azure,
     "redis": _redis,
 }
 #: Those whose service can fail (they declare fault hooks and a queue to delete).
-FALLIBLE = ("sqs-moto", "mns-local", "azure-azurite", "redis")
+FALLIBLE = ("sqs-moto", "sqs-moto-lean", "mns-local", "azure-azurite", "redis")
 
 
 @contextlib.contextmanager

@@ -150,6 +150,14 @@ _THEIR_INTERNALS = {
         "dramatiq-sqs keeps the boto3 message (its receipt) there and nowhere public"
     ),
     ("leasekeeper.dramatiq", "received._sqs_message"): "the same, on a received message",
+    ("leasekeeper.backends.sqs_http", "signer._credentials"): (
+        "botocore keeps a client's credentials object only on its request signer; the "
+        "lean SQS path signs with that very object (no public accessor)"
+    ),
+    ("leasekeeper.backends.sqs_http", "events._emitter"): (
+        "botocore's handler table, read to tell a user's event hook from botocore's own"
+    ),
+    ("leasekeeper.backends.sqs_http", "events._emitter._handlers"): "the same",
     ("leasekeeper.kombu_sqs", "channel._restore"): (
         "kombu's SQS channel requeues through it; a lease must be forgotten first"
     ),

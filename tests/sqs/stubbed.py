@@ -98,3 +98,75 @@ def delete_entries(batch: list[Handle]) -> list[dict[str, Any]]:
     return [
         {"Id": str(index), "ReceiptHandle": handle.receipt} for index, handle in enumerate(batch)
     ]
+
+
+_ACTIONS = {
+    "receive_message": "ReceiveMessage",
+    "delete_message_batch": "DeleteMessageBatch",
+    "change_message_visibility_batch": "ChangeMessageVisibilityBatch",
+}
+
+
+class Answers:
+    """Recorded answers for an SQSBackend on either call path: ``path="boto3"``
+    answers inside the client with botocore's Stubber; ``path="lean"`` answers
+    the lean path's requests from a loopback server (tests/sqs/scripted.py) with
+    the same errors as SQS's JSON protocol carries them. ``error`` and
+    ``response`` queue an answer for a client method; ``done()`` checks every
+    answer was used and each request carried the parameters it expected."""
+
+    def __init__(self, path: str, url: str = QUEUE_URL, clock: Any = None) -> None:
+        from tests.sqs.scripted import ScriptedSQS
+
+        self.path = path
+        self.script: ScriptedSQS | None = None
+        self._expected: list[tuple[str, dict[str, Any] | None]] = []
+        if path == "boto3":
+            self.backend, self.stubber, self.client = stubbed(url, clock)
+            assert self.backend.lean is None or not self.backend.lean.usable()
+            return
+        self.script = ScriptedSQS()
+        self.client = boto3.client(
+            "sqs",
+            region_name=REGION,
+            endpoint_url=self.script.url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        self.backend = SQSBackend(self.client, url, clock=clock)
+        assert self.backend.lean is not None and self.backend.lean.usable()
+
+    def error(
+        self, method: str, *, code: str, query_code: str | None, message: str, status: int
+    ) -> None:
+        if self.script is None:
+            answer = {"code": code, "query_code": query_code, "message": message}
+            add_error(self.stubber, method, status=status, **answer)
+            return
+        self.script.error(
+            _ACTIONS[method], code=code, query_code=query_code, message=message, status=status
+        )
+        self._expected.append((_ACTIONS[method], None))
+
+    def response(
+        self, method: str, response: dict[str, Any], expected: dict[str, Any] | None = None
+    ) -> None:
+        if self.script is None:
+            self.stubber.add_response(method, response, expected)
+            return
+        self.script.answer(_ACTIONS[method], response)
+        self._expected.append((_ACTIONS[method], expected))
+
+    def done(self) -> None:
+        if self.script is None:
+            self.stubber.assert_no_pending_responses()
+            return
+        assert self.script.pending() == 0
+        sent = self.script.requests
+        assert [action for action, _ in sent] == [action for action, _ in self._expected]
+        for (_, payload), (_, expected) in zip(sent, self._expected, strict=True):
+            assert expected is None or payload == expected
+
+    def close(self) -> None:
+        if self.script is not None:
+            self.script.close()

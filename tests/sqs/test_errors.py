@@ -1,5 +1,7 @@
-"""Error mapping of SQSBackend, proved with botocore's Stubber and the real service's
-error responses (code, query code, message, HTTP status), whole-call and per entry.
+"""Error mapping of SQSBackend, proved with the real service's error responses
+(code, query code, message, HTTP status), whole-call and per entry, on both call
+paths: botocore's Stubber for the client, a loopback server speaking SQS's JSON
+protocol for the lean path (``answers``, tests/sqs/stubbed.py).
 
 Several rows are exactly where moto answers differently from SQS (see
 docs/backends/sqs.md, "moto"): moto cannot produce them, so they are stubbed here.
@@ -8,6 +10,7 @@ docs/backends/sqs.md, "moto"): moto cannot produce them, so they are stubbed her
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -26,12 +29,11 @@ from tests.sqs.stubbed import (
     FIFO_URL,
     QUEUE_URL,
     REGION,
-    add_error,
+    Answers,
     change_entries,
     delete_entries,
     handles,
     receipt,
-    stubbed,
 )
 
 RH = receipt()  # quoted by some messages below; must never come out of the backend
@@ -227,18 +229,34 @@ def _ids(rows: list[Any]) -> list[str]:
     return [row[0] for row in rows]
 
 
+@pytest.fixture(params=["boto3", "lean"])
+def answers(request: pytest.FixtureRequest) -> Iterator[Answers]:
+    """Recorded answers on each call path; ``answers.backend`` on QUEUE_URL."""
+    made = Answers(request.param)
+    yield made
+    made.close()
+
+
+@pytest.fixture(params=["boto3", "lean"])
+def fifo_answers(request: pytest.FixtureRequest) -> Iterator[Answers]:
+    made = Answers(request.param, FIFO_URL)
+    yield made
+    made.close()
+
+
 @pytest.mark.parametrize("row", WHOLE_CALL, ids=_ids(WHOLE_CALL))
 @pytest.mark.parametrize("operation", ["extend", "release", "delete"])
 def test_whole_call_error_maps_to_outcome(
     caplog: pytest.LogCaptureFixture,
+    answers: Answers,
     operation: str,
     row: tuple[str, str, str | None, str, int, str],
 ) -> None:
     _, code, query_code, message, status, kind = row
     caplog.set_level(logging.DEBUG, logger="leasekeeper")
-    backend, stubber, _ = stubbed()
+    backend = answers.backend
     method = "delete_message_batch" if operation == "delete" else "change_message_visibility_batch"
-    add_error(stubber, method, code=code, query_code=query_code, message=message, status=status)
+    answers.error(method, code=code, query_code=query_code, message=message, status=status)
     batch = handles(1)
     if operation == "extend":
         outcomes = backend.extend(batch, 30)
@@ -246,7 +264,7 @@ def test_whole_call_error_maps_to_outcome(
         outcomes = backend.release(batch, 0)
     else:
         outcomes = backend.delete(batch)
-    stubber.assert_no_pending_responses()
+    answers.done()
     assert [o.kind for o in outcomes] == [kind]
     detail = outcomes[0].detail
     assert code in detail  # the code is named ...
@@ -261,11 +279,14 @@ def test_whole_call_error_maps_to_outcome(
 @pytest.mark.parametrize("row", PER_ENTRY, ids=_ids(PER_ENTRY))
 @pytest.mark.parametrize("operation", ["extend", "release", "delete"])
 def test_failed_entry_maps_to_outcome_in_handle_order(
-    caplog: pytest.LogCaptureFixture, operation: str, row: tuple[str, str, str, bool, str]
+    caplog: pytest.LogCaptureFixture,
+    answers: Answers,
+    operation: str,
+    row: tuple[str, str, str, bool, str],
 ) -> None:
     _, code, message, sender_fault, kind = row
     caplog.set_level(logging.DEBUG, logger="leasekeeper")
-    backend, stubber, _ = stubbed()
+    backend = answers.backend
     batch = handles(3)
     # The middle entry fails; Successful lists the others out of order.
     response = {
@@ -273,27 +294,27 @@ def test_failed_entry_maps_to_outcome_in_handle_order(
         "Failed": [{"Id": "1", "Code": code, "Message": message, "SenderFault": sender_fault}],
     }
     if operation == "delete":
-        stubber.add_response(
+        answers.response(
             "delete_message_batch",
             response,
             {"QueueUrl": backend.queue_url, "Entries": delete_entries(batch)},
         )
         outcomes = backend.delete(batch)
     elif operation == "extend":
-        stubber.add_response(
+        answers.response(
             "change_message_visibility_batch",
             response,
             {"QueueUrl": backend.queue_url, "Entries": change_entries(batch, 30)},
         )
         outcomes = backend.extend(batch, 30)
     else:
-        stubber.add_response(
+        answers.response(
             "change_message_visibility_batch",
             response,
             {"QueueUrl": backend.queue_url, "Entries": change_entries(batch, 5)},
         )
         outcomes = backend.release(batch, 5)
-    stubber.assert_no_pending_responses()
+    answers.done()
     assert [o.kind for o in outcomes] == ["ok", kind, "ok"]
     assert code in outcomes[1].detail
     for handle in batch:
@@ -301,11 +322,11 @@ def test_failed_entry_maps_to_outcome_in_handle_order(
     assert RH not in outcomes[1].detail and RH not in caplog.text
 
 
-def test_fifo_delete_with_expired_handle_is_lost() -> None:
+def test_fifo_delete_with_expired_handle_is_lost(fifo_answers: Answers) -> None:
     # moto deletes the message; SQS refuses an expired FIFO handle (per entry).
-    backend, stubber, _ = stubbed(FIFO_URL)
+    backend = fifo_answers.backend
     batch = handles(1)
-    stubber.add_response(
+    fifo_answers.response(
         "delete_message_batch",
         {
             "Successful": [],
@@ -323,11 +344,9 @@ def test_fifo_delete_with_expired_handle_is_lost() -> None:
     assert outcome.kind == "lost" and "expired" in outcome.detail
 
 
-def test_entry_missing_from_response_is_retried() -> None:
-    backend, stubber, _ = stubbed()
-    stubber.add_response(
-        "change_message_visibility_batch", {"Successful": [{"Id": "0"}], "Failed": []}
-    )
+def test_entry_missing_from_response_is_retried(answers: Answers) -> None:
+    backend = answers.backend
+    answers.response("change_message_visibility_batch", {"Successful": [{"Id": "0"}], "Failed": []})
     assert [o.kind for o in backend.extend(handles(2), 30)] == ["ok", "retry"]
 
 
@@ -339,40 +358,38 @@ def test_entry_missing_from_response_is_retried() -> None:
     ],
 )
 def test_whole_call_receipt_error_on_a_batch_is_resolved_entry_by_entry(
-    code: str, message: str, kind: str
+    answers: Answers, code: str, message: str, kind: str
 ) -> None:
     # A whole-call answer about "the" receipt says nothing of which entry: each is
     # asked again on its own (a batch of one), and only the guilty one is ended.
-    backend, stubber, _ = stubbed()
+    backend = answers.backend
     batch = handles(3)
-    add_error(
-        stubber,
+    answers.error(
         "change_message_visibility_batch",
         code=code,
         query_code=code,
         message=message,
         status=400,
     )
-    stubber.add_response(
+    answers.response(
         "change_message_visibility_batch",
         {"Successful": [{"Id": "0"}], "Failed": []},
         {"QueueUrl": backend.queue_url, "Entries": change_entries(batch[:1], 30)},
     )
-    add_error(
-        stubber,
+    answers.error(
         "change_message_visibility_batch",
         code=code,
         query_code=code,
         message=message,
         status=400,
     )
-    stubber.add_response(
+    answers.response(
         "change_message_visibility_batch",
         {"Successful": [{"Id": "0"}], "Failed": []},
         {"QueueUrl": backend.queue_url, "Entries": change_entries(batch[2:], 30)},
     )
     assert [o.kind for o in backend.extend(batch, 30)] == ["ok", kind, "ok"]
-    stubber.assert_no_pending_responses()
+    answers.done()
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,8 @@ lease's deadline, and then the lease *is* lost (rule 5); the test asserts that
 such a loss is reported and does no harm, and prints the counts.
 
 Run with the client settings the docs recommend and with boto3's defaults
-(standard retries, 3 attempts, up to seconds of backoff inside one call).
+(standard retries, 3 attempts, up to seconds of backoff inside one call), on
+both call paths: the boto3 client's and the lean one (backends/sqs_http.py).
 """
 
 from __future__ import annotations
@@ -60,9 +61,10 @@ def boto3_default_client(endpoint: str) -> Any:
     )
 
 
+@pytest.mark.parametrize("path", ["boto3", "lean"])
 @pytest.mark.parametrize("settings", ["recommended", "boto3-defaults"])
 def test_invariants_hold_behind_a_proxy_failing_30_percent_of_visibility_calls(
-    moto_endpoint: str, make_queue: Any, settings: str
+    moto_endpoint: str, make_queue: Any, settings: str, path: str
 ) -> None:
     url = make_queue(visibility_timeout=2)
     admin = make_client(moto_endpoint)
@@ -89,7 +91,8 @@ def test_invariants_hold_behind_a_proxy_failing_30_percent_of_visibility_calls(
     with FaultProxyProcess(moto_endpoint, **faults) as proxy:
         client = make_client(proxy.url) if settings == "recommended" else None
         client = client or boto3_default_client(proxy.url)
-        manager = LeaseManager(SQSBackend(client, url), on_lost=on_lost, **TIMING)
+        backend = SQSBackend(client, url, fast_path=path == "lean")
+        manager = LeaseManager(backend, on_lost=on_lost, **TIMING)
 
         def handler(message: Message) -> None:
             job = int(str(message.body))
@@ -118,9 +121,25 @@ def test_invariants_hold_behind_a_proxy_failing_30_percent_of_visibility_calls(
             with lock:
                 confirmed.update(ids[e["Id"]] for e in parsed.get("Successful", []))
 
-        events = client.meta.events
-        events.register("provide-client-params.sqs.DeleteMessageBatch", check_delete)
-        events.register("after-call.sqs.DeleteMessageBatch", record_delete)
+        lean = backend.lean
+        if path == "boto3":
+            events = client.meta.events
+            events.register("provide-client-params.sqs.DeleteMessageBatch", check_delete)
+            events.register("after-call.sqs.DeleteMessageBatch", record_delete)
+        else:  # the same checks where the lean path sends and reads its deletes
+            assert lean is not None and lean.usable()
+            send = lean.call
+
+            def checked(operation: str, params: Any, **options: Any) -> Any:
+                context: dict[str, Any] = {}
+                if operation == "DeleteMessageBatch":
+                    check_delete(params, context)
+                answer = send(operation, params, **options)
+                if operation == "DeleteMessageBatch":
+                    record_delete(answer, context)
+                return answer
+
+            lean.call = checked  # type: ignore[method-assign]
         # One message per receive: leases registered apart are due apart, so the
         # proxy sees many visibility calls rather than a few full batches.
         worker = Worker(manager, handler, concurrency=JOBS, batch_size=1, wait_seconds=1)
@@ -139,6 +158,8 @@ def test_invariants_hold_behind_a_proxy_failing_30_percent_of_visibility_calls(
         stats = manager.stats()
         manager.close()
         counts = proxy.stats()
+        if path == "lean":  # it made the calls all along
+            assert lean is not None and lean.usable()
     targeted, injected = counts["targeted"], counts["injected"]
     emulated = counts["real_sqs"]["counts"]
     lost_ids = {lease.id for lease, _ in reported}
@@ -177,15 +198,17 @@ def test_invariants_hold_behind_a_proxy_failing_30_percent_of_visibility_calls(
     assert worker.stats.completed == sum(id(lease) not in lost_leases for lease in returned)
 
 
+@pytest.mark.parametrize("path", ["boto3", "lean"])
 def test_leasekeeper_calls_make_one_attempt_and_the_applications_keep_botocores_retries(
-    moto_endpoint: str, make_queue: Any
+    moto_endpoint: str, make_queue: Any, path: str
 ) -> None:
     url = make_queue(visibility_timeout=30)
     admin = make_client(moto_endpoint)
     admin.send_message(QueueUrl=url, MessageBody="job")
     with FaultProxyProcess(moto_endpoint, error_rate=1.0, kinds=("InternalError",)) as proxy:
         client = boto3_default_client(proxy.url)  # standard retries: 3 attempts
-        backend = SQSBackend(client, url)
+        backend = SQSBackend(client, url, fast_path=path == "lean")
+        assert (backend.lean is not None) is (path == "lean")
         message = backend.receive(max_messages=1, wait_seconds=1)[0]
 
         outcomes = backend.extend([message.handle], 30)
@@ -198,5 +221,7 @@ def test_leasekeeper_calls_make_one_attempt_and_the_applications_keep_botocores_
         assert proxy.stats()["targeted"] == 1 + 3, "the application's call lost botocore's retries"
 
         # With client_retries=True botocore's policy covers leasekeeper's calls too.
-        SQSBackend(client, url, client_retries=True).extend([message.handle], 30)
+        SQSBackend(client, url, client_retries=True, fast_path=path == "lean").extend(
+            [message.handle], 30
+        )
         assert proxy.stats()["targeted"] == 4 + 3

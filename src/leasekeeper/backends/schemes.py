@@ -119,6 +119,7 @@ def sqs(
     client_retries: bool = False,
     max_lease_age: float | None = None,
     clock: Clock | None = None,
+    fast_path: bool = True,
     **client_options: Any,
 ) -> SQSBackend:
     """SQS: any ``http(s)://host[:port]/<account>/<name>`` is a queue by its URL;
@@ -141,7 +142,7 @@ def sqs(
     ``retry_mode``, ``max_attempts`` (all attempts, the first included),
     ``connect_timeout`` (default 5 s), ``read_timeout`` (default 30 s),
     ``max_pool_connections``, ``http_proxy`` and ``https_proxy``.
-    ``client_retries`` and ``max_lease_age``: ``SQSBackend``'s.
+    ``client_retries``, ``max_lease_age`` and ``fast_path``: ``SQSBackend``'s.
     """
     # leasekeeper's module before the SDK's: without it, its ImportError names the extra
     from leasekeeper.backends.sqs import SQSBackend, classify_exception
@@ -185,7 +186,12 @@ def sqs(
             fatal: ReceiveErrorKind = "fatal" if kind == "fatal" else "retry"
             raise ReceiveError(fatal, detail, operation="GetQueueUrl", service="SQS") from exc
     return SQSBackend(
-        client, queue_url, clock=clock, client_retries=client_retries, max_lease_age=max_lease_age
+        client,
+        queue_url,
+        clock=clock,
+        client_retries=client_retries,
+        max_lease_age=max_lease_age,
+        fast_path=fast_path,
     )
 
 

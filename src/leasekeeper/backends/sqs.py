@@ -17,7 +17,6 @@ import json
 import logging
 import math
 import re
-import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -54,6 +53,14 @@ from leasekeeper.backends.base import (
 )
 from leasekeeper.backends.rebuild import sqs_credentials_problem, sqs_secrets, sqs_settings
 from leasekeeper.backends.spec import SQSSpec, URLSpec
+from leasekeeper.backends.sqs_http import (
+    CLIENT_METHODS,
+    OWN_CALL,
+    OWN_OPERATIONS,
+    LeanPath,
+    lean_path,
+    one_attempt,
+)
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.errors import ReceiveError
 
@@ -212,39 +219,6 @@ def classify_exception(exc: BaseException) -> tuple[OutcomeKind, str]:
     return kind, detail
 
 
-# Set on a thread while it is inside one of leasekeeper's own batch calls.
-_OWN_CALL = threading.local()
-_OWN_OPERATIONS = ("ChangeMessageVisibilityBatch", "DeleteMessageBatch")
-
-
-def _one_attempt(
-    response: Any = None,
-    caught_exception: BaseException | None = None,
-    operation: Any = None,
-    **_: Any,
-) -> None:
-    """botocore ``needs-retry`` hook: end leasekeeper's own calls after one attempt.
-
-    botocore would retry a 5xx, a throttle or a reset inside the call, sleeping up
-    to seconds between attempts while the lease's deadline runs out, and would
-    not know the deadline. The manager retries these itself, within each lease's
-    remaining time, so its calls fail fast instead: the attempt's own exception,
-    or the ClientError botocore would have raised. Calls the application makes on
-    the same client are left to botocore's retry policy.
-    """
-    if not getattr(_OWN_CALL, "active", False):
-        return None
-    if caught_exception is not None:
-        raise caught_exception
-    if response is None:
-        return None
-    http_response, parsed = response
-    if getattr(http_response, "status_code", 200) < 300:
-        return None
-    name = getattr(operation, "name", "") or "SQS call"
-    raise boto.ClientError(parsed, name)
-
-
 def _int_attribute(attributes: object, name: str) -> int | None:
     value = attributes.get(name) if isinstance(attributes, Mapping) else None
     return int(value) if isinstance(value, (str, int)) and str(value).isdigit() else None
@@ -289,6 +263,10 @@ class SQSBackend(CloudBackend):
     lease's remaining time, so its own calls make one attempt each: a botocore
     ``needs-retry`` hook ends them, and no other call on the client, after one
     attempt. ``client_retries=True`` leaves them to botocore's policy too.
+
+    ``fast_path`` (True): the hot calls (receive, extend, release, delete) take the
+    lean path (``lean``, see ``leasekeeper.backends.sqs_http``) wherever the client's
+    configuration allows and it has no event hook of yours; False: the client for all.
     """
 
     service = "SQS"
@@ -316,17 +294,20 @@ class SQSBackend(CloudBackend):
         clock: Clock | None = None,
         client_retries: bool = False,
         max_lease_age: float | None = None,
+        fast_path: bool = True,
     ) -> None:
         if not isinstance(queue_url, str) or not queue_url:
             raise ValueError("queue_url must be the queue's URL (a non-empty str)")
         self._client = client
         self.client_retries = client_retries
+        self.fast_path = fast_path
+        self._lean: LeanPath | None = lean_path(client) if fast_path else None
         events = getattr(getattr(client, "meta", None), "events", None)
         if not client_retries and events is not None:
-            for operation in _OWN_OPERATIONS:  # the unique id: once per client
+            for operation in OWN_OPERATIONS:  # the unique id: once per client
                 events.register_first(
                     f"needs-retry.sqs.{operation}",
-                    _one_attempt,
+                    one_attempt,
                     unique_id=f"leasekeeper-one-attempt-{operation}",
                 )
         self.queue_url = queue_url
@@ -349,6 +330,7 @@ class SQSBackend(CloudBackend):
         credentials from the other process's chain (``leasekeeper.backends.spec``)."""
         own: dict[str, Any] = {"client_retries": self.client_retries or None}
         own["max_lease_age"] = self.max_lease_age if self._lease_age_given else None
+        own["fast_path"] = None if self.fast_path else False
         return URLSpec.of(self.queue_url, {**sqs_settings(self._client), **own})
 
     def sibling(self, name: str, *, create: bool = False) -> SQSBackend:
@@ -368,6 +350,7 @@ class SQSBackend(CloudBackend):
             clock=self.clock,
             client_retries=self.client_retries,
             max_lease_age=self.max_lease_age if self._lease_age_given else None,
+            fast_path=self.fast_path,
         )
 
     def __repr__(self) -> str:
@@ -376,6 +359,11 @@ class SQSBackend(CloudBackend):
     @property
     def client(self) -> SQSClient:
         return self._client
+
+    @property
+    def lean(self) -> LeanPath | None:
+        """The lean call path of the hot calls (None: every call goes through the client)."""
+        return self._lean
 
     # ------------------------------------------------------------------ queue settings
 
@@ -442,7 +430,7 @@ class SQSBackend(CloudBackend):
             params["AttributeNames"] = ["All"]
         # Rule 1: the deadline counts from just before the request is sent.
         received_at = self.clock.now()
-        response = self.call("receive", lambda: self._client.receive_message(**params))
+        response = self.call("receive", lambda: self._hot("ReceiveMessage", params))
         messages = [
             self._message(raw, raw, received_at, vis) for raw in response.get("Messages", [])
         ]
@@ -582,19 +570,25 @@ class SQSBackend(CloudBackend):
             {"Id": str(index), "ReceiptHandle": handle.receipt}
             for index, handle in enumerate(handles)
         ]
-        client = self._client
-        if seconds is None:
-            call: Any = client.delete_message_batch
-        else:
-            call = client.change_message_visibility_batch
+        name = "DeleteMessageBatch"
+        if seconds is not None:
+            name = "ChangeMessageVisibilityBatch"
             for entry in entries:
                 entry["VisibilityTimeout"] = seconds
-        _OWN_CALL.active = not self.client_retries
+        params = {"QueueUrl": self.queue_url, "Entries": entries}
+        OWN_CALL.active = not self.client_retries
         try:
-            response = call(QueueUrl=self.queue_url, Entries=entries)
+            response = self._hot(name, params, retries=self.client_retries)
         finally:
-            _OWN_CALL.active = False
+            OWN_CALL.active = False
         return self._outcomes(operation, handles, response)
+
+    def _hot(self, operation: str, params: dict[str, Any], *, retries: bool = True) -> Any:
+        """A hot call: through the lean path where it can stand in for the client."""
+        lean = self._lean
+        if lean is not None and lean.usable():
+            return lean.call(operation, params, retries=retries)
+        return getattr(self._client, CLIENT_METHODS[operation])(**params)
 
     def _outcomes(
         self, operation: str, handles: Sequence[Handle], answer: Mapping[str, Any]
