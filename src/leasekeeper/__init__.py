@@ -6,7 +6,7 @@ queue can use a short visibility timeout (fast failover when a worker dies) and
 still run long jobs (no second worker grabs a message that is being processed).
 """
 
-from leasekeeper.backends.base import Backend, Handle, Message, Outcome
+from leasekeeper.backends.contract import Backend, Handle, Message, Outcome
 
 # Built in (no SDK): the in-process queue of the demo and of your own tests.
 from leasekeeper.backends.memory import MemoryQueue
@@ -32,11 +32,11 @@ from leasekeeper.errors import (
 )
 from leasekeeper.lease import Lease, LeaseScope, LeaseState, WatchLease
 from leasekeeper.manager import LeaseManager, Stats
-from leasekeeper.process_renewer import ProcessRenewer
 from leasekeeper.reasons import LostReason
-from leasekeeper.renewer import Renewer
+from leasekeeper.renewers.process import ProcessRenewer
+from leasekeeper.renewers.protocol import Renewer
+from leasekeeper.renewers.thread import ThreadRenewer
 from leasekeeper.rollover import Lineage, Rollover
-from leasekeeper.thread_renewer import ThreadRenewer
 from leasekeeper.worker import Worker, WorkerStats
 
 __version__ = "0.1.0"

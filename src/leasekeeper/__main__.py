@@ -1,5 +1,5 @@
 import sys
 
-from leasekeeper.cli import main
+from leasekeeper.command.cli import main
 
 sys.exit(main())

@@ -27,8 +27,8 @@ from typing import Any, ClassVar
 from celery import Celery, bootsteps
 
 from leasekeeper.errors import ConfigError
-from leasekeeper.frameworks import FrameworkLeases, check_manager_options
-from leasekeeper.kombu_sqs import ChannelWatch
+from leasekeeper.integrations.frameworks import FrameworkLeases, check_manager_options
+from leasekeeper.integrations.kombu_sqs import ChannelWatch
 
 __all__ = ["LeaseKeeping", "keep_leases"]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, ParamSpec, TypeVar
 
-from leasekeeper.backends.base import Message
+from leasekeeper.backends.contract import Message
 
 P = ParamSpec("P")
 R = TypeVar("R")

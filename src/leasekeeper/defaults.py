@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
-from leasekeeper.backends.base import Backend, Message
+from leasekeeper.backends.contract import Backend, Message
 from leasekeeper.clock import Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.decorator import wrap_in_lease

@@ -33,12 +33,12 @@ from dramatiq import Broker, Middleware, Worker
 from dramatiq_sqs import SQSBroker
 from dramatiq_sqs.broker import MAX_VISIBILITY_TIMEOUT_SECONDS, SQSConsumer
 
-from leasekeeper.backends.base import is_seconds
+from leasekeeper.backends.shared import is_seconds
 from leasekeeper.backends.sqs import SQSBackend
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError
-from leasekeeper.frameworks import FrameworkLeases, QueueSetup, check_manager_options
+from leasekeeper.integrations.frameworks import FrameworkLeases, QueueSetup, check_manager_options
 
 __all__ = ["LeaseMiddleware", "WatchingConsumer"]
 

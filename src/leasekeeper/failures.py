@@ -29,7 +29,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from leasekeeper.backends.base import Backend
+from leasekeeper.backends.contract import Backend
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError
 

@@ -19,13 +19,20 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from leasekeeper._continuation import carried, checkpoint_text, next_hop, send_continuation, unwrap
-from leasekeeper._record import LeaseRecord, LeaseState
-from leasekeeper.backends.base import Message
+from leasekeeper.backends.contract import Message
 from leasekeeper.clock import Clock
 from leasekeeper.errors import BackendError, LeaseError, LeaseLost
 from leasekeeper.reasons import LostReason
-from leasekeeper.rollover import Lineage, Rollover
+from leasekeeper.record import LeaseRecord, LeaseState
+from leasekeeper.rollover import (
+    Lineage,
+    Rollover,
+    carried,
+    checkpoint_text,
+    next_hop,
+    send_continuation,
+    unwrap,
+)
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -45,7 +52,7 @@ log = logging.getLogger("leasekeeper.manager")
 
 class LeaseOwner(Protocol):
     """Everything a lease asks of its owner: the renewer that registered it
-    (``leasekeeper.renewer.Renewer`` extends this protocol)."""
+    (``leasekeeper.renewers.protocol.Renewer`` extends this protocol)."""
 
     @property
     def clock(self) -> Clock: ...

@@ -2,7 +2,7 @@
 get, close, stats.
 
 Everything about keeping leases alive it asks of one ``Renewer``
-(``leasekeeper.renewer``), chosen at construction: a ``ThreadRenewer`` (scheduler
+(``leasekeeper.renewers.protocol``), chosen at construction: a ``ThreadRenewer`` (scheduler
 thread and dispatch pool here), a ``ProcessRenewer`` (a renewer process of its own),
 or any object implementing the protocol. What is the manager's own is what a
 handler meets: receiving and registering at once, ``with`` scopes, decorators,
@@ -25,20 +25,19 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from leasekeeper._coalesce import Coalescer
-from leasekeeper._continuation import unwrap
-from leasekeeper._engine import check_backend
-from leasekeeper._metrics import Stats
-from leasekeeper.backends.base import Backend, Message
+from leasekeeper.backends.contract import Backend, Message
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.decorator import wrap_in_lease
+from leasekeeper.engine import Coalescer, check_backend
+from leasekeeper.engine.stats import Stats
 from leasekeeper.errors import ConfigError, LeaseTooShort, ManagerClosed
 from leasekeeper.failures import Failures, resolve_dead_letter
 from leasekeeper.lease import Lease, LeaseScope, OnLost, WatchLease
 from leasekeeper.observers import Observer
 from leasekeeper.reasons import LostReason
-from leasekeeper.renewer import Renewer, RenewerChoice, make_renewer, unknown_renewer
+from leasekeeper.renewers.protocol import Renewer, RenewerChoice, make_renewer, unknown_renewer
+from leasekeeper.rollover import unwrap
 
 if TYPE_CHECKING:
     from types import TracebackType

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from leasekeeper._record import LeaseRecord, LeaseState
-    from leasekeeper.backends.base import Backend
+    from leasekeeper.backends.contract import Backend
+    from leasekeeper.record import LeaseRecord, LeaseState
 
 __all__ = ["CallEvent", "Observer"]
 

@@ -50,20 +50,20 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         "leasekeeper.otel needs the OpenTelemetry API: pip install 'leasekeeper[otel]'"
     ) from exc
 
-from leasekeeper._continuation import send_with_attributes
-from leasekeeper._sources import queue_name, unwrapped
 from leasekeeper.aio.worker import AsyncWorker
-from leasekeeper.backends.base import Message
+from leasekeeper.backends.contract import Message
 from leasekeeper.lease import LeaseState
 from leasekeeper.manager import LeaseManager
 from leasekeeper.observers import CallEvent, Observer
 from leasekeeper.reasons import LostReason
+from leasekeeper.receiving import queue_name, unwrapped
+from leasekeeper.rollover import send_with_attributes
 from leasekeeper.worker import Worker
 
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
-    from leasekeeper._record import LeaseRecord
+    from leasekeeper.record import LeaseRecord
 
 __all__ = [
     "SYSTEMS",

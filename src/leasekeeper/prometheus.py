@@ -68,10 +68,10 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         "leasekeeper.prometheus needs prometheus_client: pip install 'leasekeeper[prometheus]'"
     ) from exc
 
-from leasekeeper._sources import QueueStats
 from leasekeeper.aio.worker import AsyncWorker
 from leasekeeper.manager import LeaseManager, Stats
 from leasekeeper.reasons import LostReason
+from leasekeeper.receiving.stats import QueueStats
 from leasekeeper.worker import Worker
 
 __all__ = ["LeaseCollector", "MetricsServer", "serve_metrics"]

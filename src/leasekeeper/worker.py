@@ -37,10 +37,18 @@ from contextlib import AbstractContextManager
 from types import FrameType
 from typing import Any, Literal
 
-from leasekeeper._intake import DeadLetter, Intake, WorkerStats
-from leasekeeper._receive_loop import (
+from leasekeeper.backends.contract import Backend, Message
+from leasekeeper.clock import Clock, wait_until
+from leasekeeper.config import LeaseConfig
+from leasekeeper.current import handling
+from leasekeeper.errors import ManagerClosed, ReceiveError
+from leasekeeper.lease import Lease
+from leasekeeper.manager import LeaseManager
+from leasekeeper.receiving import (
+    DeadLetter,
     Finish,
     Flush,
+    Intake,
     Receive,
     Start,
     Step,
@@ -48,13 +56,7 @@ from leasekeeper._receive_loop import (
     receive_loop,
     shutdown_steps,
 )
-from leasekeeper.backends.base import Backend, Message
-from leasekeeper.clock import Clock, wait_until
-from leasekeeper.config import LeaseConfig
-from leasekeeper.current import handling
-from leasekeeper.errors import ManagerClosed, ReceiveError
-from leasekeeper.lease import Lease
-from leasekeeper.manager import LeaseManager
+from leasekeeper.receiving.stats import WorkerStats
 from leasekeeper.rollover import Rollover
 
 log = logging.getLogger("leasekeeper.worker")
@@ -87,7 +89,7 @@ class Worker:
     Several queues: ``Worker([urgent, bulk], handler, weights=[3, 1], ...)`` - one
     pool of handler threads, one manager and renewer; each receive goes to one queue,
     in proportion to the weights (an empty queue is short-polled and rests, so it
-    never holds the others up: ``leasekeeper._sources``); ``max_receives`` and
+    never holds the others up: ``leasekeeper.receiving._sources``); ``max_receives`` and
     ``dead_letter`` may be lists in the queues' order; ``worker.stats.per_queue[name]``
     has each queue's figures beside the totals. See docs/queues.md.
 

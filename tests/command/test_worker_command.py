@@ -591,7 +591,7 @@ def boto3_client(endpoint: str, region: str) -> Any:
 def test_the_region_comes_from_the_flag_then_aws_region_then_aws_default_region(
     monkeypatch: pytest.MonkeyPatch, flags: list[str], environment: dict[str, str], region: Any
 ) -> None:
-    from leasekeeper.worker_command import parser, sqs_region
+    from leasekeeper.command.worker import parser, sqs_region
 
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(name, raising=False)
@@ -607,7 +607,7 @@ def test_the_region_comes_from_the_flag_then_aws_region_then_aws_default_region(
 
 
 def test_every_bad_number_gets_the_same_message(capsys: pytest.CaptureFixture[str]) -> None:
-    from leasekeeper.worker_command import main
+    from leasekeeper.command.worker import main
 
     for flag in ("--concurrency", "--batch-size", "--metrics-port", "--max-concurrency"):
         for bad in ("-5", "0", "2.5", "many", "1e999"):
@@ -661,7 +661,7 @@ def test_help_is_plain_text_for_a_terminal(args: list[str]) -> None:
 def test_no_region_anywhere_is_a_usage_error_naming_the_ways_to_give_one(
     monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
 ) -> None:
-    from leasekeeper.worker_command import UsageError, build_backend, parser
+    from leasekeeper.command.worker import UsageError, build_backend, parser
 
     for name, value in without_aws_settings(moto_endpoint).items():
         monkeypatch.setenv(name, value)

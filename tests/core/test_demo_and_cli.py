@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from leasekeeper import LeaseManager, demo
-from leasekeeper.cli import main
-from leasekeeper.demo import LONG_UNITS, run_demo
+from leasekeeper import LeaseManager
+from leasekeeper.command import demo
+from leasekeeper.command.cli import main
+from leasekeeper.command.demo import LONG_UNITS, run_demo
 from tests.helpers import svg_text_problems
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from leasekeeper._dispatch import Dispatcher, Work
-from leasekeeper._record import LeaseRecord
-from leasekeeper._schedule import Lane
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
+from leasekeeper.engine._dispatch import Dispatcher, Work
+from leasekeeper.engine._schedule import Lane
+from leasekeeper.record import LeaseRecord
 from leasekeeper.testing import ManualClock
 
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from leasekeeper import Lease, LeaseConfig, LeaseState, LeaseTooShort, LostReason, ManagerClosed
-from leasekeeper._calls import Calls
-from leasekeeper._engine import RenewalEngine
-from leasekeeper._record import LeaseRecord
 from leasekeeper.backends.memory import MemoryQueue
+from leasekeeper.engine._calls import Calls
+from leasekeeper.engine._engine import RenewalEngine
 from leasekeeper.reasons import Ending
+from leasekeeper.record import LeaseRecord
 from leasekeeper.testing import ManualClock
 
 CONFIG = LeaseConfig(visibility_timeout=30, timer_interval=1, minimal_life=2)

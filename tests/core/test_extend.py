@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from leasekeeper import LeaseConfig, LeaseState, LostReason, Outcome
-from leasekeeper._calls import Calls
-from leasekeeper._extend import Extender
-from leasekeeper._gate import OpGate
-from leasekeeper._record import LeaseRecord
-from leasekeeper._schedule import Lane
 from leasekeeper.backends.base import cap_margin
 from leasekeeper.backends.memory import MemoryQueue
+from leasekeeper.engine._calls import Calls
+from leasekeeper.engine._extend import Extender
+from leasekeeper.engine._gate import OpGate
+from leasekeeper.engine._schedule import Lane
 from leasekeeper.reasons import Ending
+from leasekeeper.record import LeaseRecord
 from leasekeeper.testing import ManualClock
 from tests.helpers import ScriptedBackend
 

@@ -19,10 +19,10 @@ from leasekeeper import (
     LostReason,
     Outcome,
 )
-from leasekeeper._calls import Calls
-from leasekeeper._engine import RenewalEngine
-from leasekeeper._handler_ops import HandlerOps
 from leasekeeper.backends.memory import MemoryQueue
+from leasekeeper.engine._calls import Calls
+from leasekeeper.engine._engine import RenewalEngine
+from leasekeeper.engine._handler_ops import HandlerOps
 from leasekeeper.testing import ManualClock
 from tests.helpers import ScriptedBackend
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from leasekeeper import Lease, WatchLease
-from leasekeeper._record import LeaseRecord, LeaseState
 from leasekeeper.backends.memory import MemoryQueue
-from leasekeeper.process_renewer import RemoteLease
+from leasekeeper.record import LeaseRecord, LeaseState
+from leasekeeper.renewers.process import RemoteLease
 
 
 def slots(cls: type) -> list[str]:

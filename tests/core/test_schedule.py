@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from leasekeeper._record import LeaseRecord
-from leasekeeper._schedule import Schedule
 from leasekeeper.backends.base import Message
+from leasekeeper.engine._schedule import Schedule
+from leasekeeper.record import LeaseRecord
 
 
 class FakeBackend:

@@ -143,7 +143,7 @@ def test_every_cited_doc_exists() -> None:
 _NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
 # Other libraries' internals that an integration cannot do without, and why.
 _THEIR_INTERNALS = {
-    ("leasekeeper._command_options", "argparse._ActionsContainer"): (
+    ("leasekeeper.command._options", "argparse._ActionsContainer"): (
         "argparse's common type of a parser and an argument group, for an annotation"
     ),
     ("leasekeeper.dramatiq", "message._sqs_message"): (
@@ -158,7 +158,7 @@ _THEIR_INTERNALS = {
         "botocore's handler table, read to tell a user's event hook from botocore's own"
     ),
     ("leasekeeper.backends.sqs_http", "events._emitter._handlers"): "the same",
-    ("leasekeeper.kombu_sqs", "channel._restore"): (
+    ("leasekeeper.integrations.kombu_sqs", "channel._restore"): (
         "kombu's SQS channel requeues through it; a lease must be forgotten first"
     ),
 }
@@ -193,7 +193,7 @@ def test_the_renewer_is_chosen_in_one_place() -> None:
     offenders = [
         f"{name}:{n}"
         for name, path in modules().items()
-        if name != "leasekeeper.renewer"
+        if name != "leasekeeper.renewers.protocol"
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if branching.search(line) or re.search(r"\b_remote\b", line)
     ]
@@ -211,7 +211,7 @@ def test_one_place_decides_a_lapse() -> None:
     }
     readers = sorted(name for name, path in core.items() if ".rotates_receipts" in path.read_text())
     # _extend reads it once more, to hand back a message whose lease already ended.
-    assert readers == ["leasekeeper._extend", "leasekeeper._lapse"]
+    assert readers == ["leasekeeper.engine._extend", "leasekeeper.engine._lapse"]
 
 
 def test_import_leasekeeper_needs_no_sdk_and_offers_memory_queue() -> None:

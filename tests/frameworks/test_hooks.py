@@ -17,8 +17,8 @@ from leasekeeper import LeaseState, WatchLease
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.backends.sqs import SQSBackend
 from leasekeeper.errors import ConfigError
-from leasekeeper.frameworks import FrameworkLeases, QueueSetup, framework_config
-from leasekeeper.kombu_sqs import ChannelWatch
+from leasekeeper.integrations.frameworks import FrameworkLeases, QueueSetup, framework_config
+from leasekeeper.integrations.kombu_sqs import ChannelWatch
 from leasekeeper.testing import ManualClock
 from tests.frameworks.dramatiq_broker import NOOP, make_broker, message
 
@@ -87,7 +87,7 @@ def test_a_message_with_too_little_life_left_runs_unwatched(
     watched = leases.queue("memory://jobs", setup_of(queue))
     assert watched is not None
     clock.advance(2.8)  # less than minimal_life (0.5 s) left
-    with caplog.at_level(logging.WARNING, "leasekeeper.frameworks"):
+    with caplog.at_level(logging.WARNING, "leasekeeper.integrations.frameworks"):
         assert leases.watch(watched, received.raw, received_at=received.received_at) is None
     assert "is not renewed" in caplog.text
 
@@ -100,7 +100,7 @@ def test_a_queue_whose_setup_fails_is_tried_again_and_a_bad_config_is_not(
     def unreachable() -> QueueSetup:
         raise OSError("GetQueueAttributes: connection refused")
 
-    with caplog.at_level(logging.WARNING, "leasekeeper.frameworks"):
+    with caplog.at_level(logging.WARNING, "leasekeeper.integrations.frameworks"):
         assert leases.queue("memory://a", unreachable) is None
         assert leases.queue("memory://a", setup_of(queue)) is not None  # tried again
         # A queue hiding messages for 0 s leaves nothing to renew: said once, kept.

@@ -16,14 +16,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 SRC = ROOT / "src" / "leasekeeper"
-# Commands and helpers, not API: cli, demo and worker_command are `leasekeeper ...`
+# Commands and helpers, not API: cli, demo and command.worker are `leasekeeper ...`
 # (the guide documents the commands); decorator is the
 # builder behind @leased and @manager.leased, documented there; leasekeeper.backends
 # holds nothing but its modules, each with a page.
 NOT_API = {
-    "leasekeeper.cli",
-    "leasekeeper.demo",
-    "leasekeeper.worker_command",
+    "leasekeeper.command.cli",
+    "leasekeeper.command.demo",
+    "leasekeeper.command.worker",
     "leasekeeper.decorator",
     "leasekeeper.backends",
 }

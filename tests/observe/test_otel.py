@@ -428,7 +428,10 @@ def test_leasekeeper_imports_with_no_extra_installed() -> None:
         for name in {blocked!r}:
             sys.modules[name] = None
         import leasekeeper, leasekeeper.observers, leasekeeper.backends.memory
-        import leasekeeper.testing, leasekeeper.demo, leasekeeper.cli, leasekeeper.timeline
+        import leasekeeper.testing
+        import leasekeeper.command.demo
+        import leasekeeper.command.cli
+        import leasekeeper.timeline
         print("ok", leasekeeper.__version__)
         """
     )

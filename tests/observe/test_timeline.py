@@ -11,7 +11,7 @@ import pytest
 
 from leasekeeper import LeaseManager
 from leasekeeper.backends.memory import MemoryQueue
-from leasekeeper.cli import main
+from leasekeeper.command.cli import main
 from leasekeeper.testing import ManualClock
 from leasekeeper.timeline import Timeline, TimelineObserver, legend, render_svg, render_text
 from tests.helpers import svg_text_problems
@@ -132,7 +132,7 @@ def test_the_observer_adds_a_managers_renewals_to_the_run(clock: ManualClock) ->
 
 
 def test_demo_command_passes_svg_on(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
-    import leasekeeper.demo
+    import leasekeeper.command.demo
 
     seen: dict[str, Any] = {}
 
@@ -144,7 +144,7 @@ def test_demo_command_passes_svg_on(monkeypatch: pytest.MonkeyPatch, capsys: Any
 
         return [Clean(), Clean(), Clean()]
 
-    monkeypatch.setattr(leasekeeper.demo, "run_demo", fake_run_demo)
+    monkeypatch.setattr(leasekeeper.command.demo, "run_demo", fake_run_demo)
     assert main(["demo", "--seconds", "3", "--svg", "out.svg"]) == 0
     assert seen == {"seconds": 3.0, "svg": "out.svg"}
     assert "out.svg" in capsys.readouterr().out

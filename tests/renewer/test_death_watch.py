@@ -18,7 +18,7 @@ import textwrap
 SCRIPT = textwrap.dedent(
     """
     import os, signal
-    from leasekeeper._renewer_main import PARENT_DEATH_SIGNAL, DeathWatch, WorkerGone
+    from leasekeeper.renewers._main import PARENT_DEATH_SIGNAL, DeathWatch, WorkerGone
 
     def notice(watch):
         try:

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from leasekeeper import LeaseState, LostReason, Message, Worker, current_lease
-from leasekeeper._renewer_link import RenewerLink
 from leasekeeper.backends.sqs import SQSBackend
+from leasekeeper.renewers._link import RenewerLink
 from tests.services import make_client
 
 pytestmark = [pytest.mark.realtime]

@@ -67,7 +67,7 @@ def renewer_beside(pid: int) -> str:
         except OSError:
             continue
         ppid = next((line.split()[1] for line in text.splitlines() if line.startswith("PPid")), "")
-        if ppid == str(pid) and b"leasekeeper._renewer_main" in cmdline:
+        if ppid == str(pid) and b"leasekeeper.renewers._main" in cmdline:
             return "process"
     return "thread"
 

@@ -27,15 +27,14 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from leasekeeper._continuation import unwrap
 from leasekeeper.aio.futures import call_soon_threadsafe, settled
 from leasekeeper.aio.lost import LostRelay, relay_for
-from leasekeeper.backends.base import Message
+from leasekeeper.backends.contract import Message
 from leasekeeper.defaults import default_manager
 from leasekeeper.errors import BackendError, LeaseLost
 from leasekeeper.lease import Lease, LeaseState, settle_rollover
 from leasekeeper.manager import LeaseManager
-from leasekeeper.rollover import Lineage, Rollover
+from leasekeeper.rollover import Lineage, Rollover, unwrap
 
 if TYPE_CHECKING:
     from types import TracebackType

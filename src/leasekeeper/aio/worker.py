@@ -16,7 +16,7 @@ What runs where:
   ``current_lease().lost`` in a handler, and with ``cancel_on_lost=True`` the
   cancellation of the handler's task.
 
-The receive policy is ``Worker``'s (``leasekeeper._intake``): as many messages as
+The receive policy is ``Worker``'s (``leasekeeper.receiving._intake``): as many messages as
 free handler slots, a prefetched batch more while handlers are quick, a brief
 gather before a receive, and the same treatment of failed receives.
 
@@ -41,10 +41,21 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Any, Literal, cast
 
-from leasekeeper._intake import DeadLetter, Intake, WorkerStats
-from leasekeeper._receive_loop import (
+from leasekeeper.aio.futures import call_soon_threadsafe
+from leasekeeper.aio.held import AsyncLease
+from leasekeeper.aio.lost import LostRelay, relay_for
+from leasekeeper.backends.contract import Backend, Message
+from leasekeeper.clock import Alarm, Clock, DrivenClock
+from leasekeeper.config import LeaseConfig
+from leasekeeper.current import handling
+from leasekeeper.errors import ManagerClosed, ReceiveError
+from leasekeeper.lease import Lease
+from leasekeeper.manager import LeaseManager
+from leasekeeper.receiving import (
+    DeadLetter,
     Finish,
     Flush,
+    Intake,
     Receive,
     Start,
     Step,
@@ -52,16 +63,7 @@ from leasekeeper._receive_loop import (
     receive_loop,
     shutdown_steps,
 )
-from leasekeeper.aio.futures import call_soon_threadsafe
-from leasekeeper.aio.held import AsyncLease
-from leasekeeper.aio.lost import LostRelay, relay_for
-from leasekeeper.backends.base import Backend, Message
-from leasekeeper.clock import Alarm, Clock, DrivenClock
-from leasekeeper.config import LeaseConfig
-from leasekeeper.current import handling
-from leasekeeper.errors import ManagerClosed, ReceiveError
-from leasekeeper.lease import Lease
-from leasekeeper.manager import LeaseManager
+from leasekeeper.receiving.stats import WorkerStats
 from leasekeeper.rollover import Rollover
 from leasekeeper.worker import AroundHandler
 

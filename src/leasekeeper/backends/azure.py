@@ -81,15 +81,12 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
     ) from _exc
 
 from leasekeeper.backends._credentials import azure_credentials_problem
-from leasekeeper.backends.base import (
+from leasekeeper.backends.cloud import CloudBackend, ThreadClients
+from leasekeeper.backends.contract import Handle, Message, Outcome, OutcomeKind
+from leasekeeper.backends.rebuild import azure_credentials_given, azure_secrets, azure_settings
+from leasekeeper.backends.shared import (
     SKEW_MARGIN,
-    CloudBackend,
     ErrorTable,
-    Handle,
-    Message,
-    Outcome,
-    OutcomeKind,
-    ThreadClients,
     check_lease_age,
     clean_code,
     epoch_seconds,
@@ -97,7 +94,6 @@ from leasekeeper.backends.base import (
     text_body,
     whole_seconds,
 )
-from leasekeeper.backends.rebuild import azure_credentials_given, azure_secrets, azure_settings
 from leasekeeper.backends.spec import AzureQueueSpec, URLSpec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
 from leasekeeper.errors import ReceiveError, ReceiveErrorKind

@@ -29,11 +29,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple, NoReturn
 
-from leasekeeper.backends.base import (
-    OK,
-    Handle,
-    Message,
-    Outcome,
+from leasekeeper.backends.contract import OK, Handle, Message, Outcome
+from leasekeeper.backends.shared import (
     cap_margin,
     check_attributes,
     check_body,

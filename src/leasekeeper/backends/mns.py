@@ -64,17 +64,13 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[mns]'"
     ) from _exc
 
-from leasekeeper.backends.base import (
+from leasekeeper.backends.cloud import CloudBackend, ReadOnce, ThreadClients
+from leasekeeper.backends.contract import Handle, Message, Outcome, OutcomeKind
+from leasekeeper.backends.rebuild import mns_renewal_problem, mns_secrets
+from leasekeeper.backends.shared import (
     REDACTED,
     SKEW_MARGIN,
-    CloudBackend,
     ErrorTable,
-    Handle,
-    Message,
-    Outcome,
-    OutcomeKind,
-    ReadOnce,
-    ThreadClients,
     check_lease_age,
     clean_code,
     codes,
@@ -84,7 +80,6 @@ from leasekeeper.backends.base import (
     text_body,
     whole_seconds,
 )
-from leasekeeper.backends.rebuild import mns_renewal_problem, mns_secrets
 from leasekeeper.backends.spec import MNSSpec, URLSpec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.errors import ReceiveError, ReceiveErrorKind

@@ -53,16 +53,9 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[redis]'"
     ) from _exc
 
-from leasekeeper.backends.base import (
-    CloudBackend,
-    ErrorTable,
-    Handle,
-    Message,
-    Outcome,
-    chunked,
-    clean_code,
-    text_body,
-)
+from leasekeeper.backends.cloud import CloudBackend
+from leasekeeper.backends.contract import Handle, Message, Outcome
+from leasekeeper.backends.shared import ErrorTable, chunked, clean_code, text_body
 from leasekeeper.backends.spec import URLSpec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
 from leasekeeper.errors import ConfigError

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from leasekeeper.backends.base import Backend, BackendSpec
+from leasekeeper.backends.contract import Backend, BackendSpec
 from leasekeeper.backends.urls import factory_for, parse_url, redact_url
 from leasekeeper.errors import ConfigError
 

@@ -33,16 +33,12 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
     ) from _exc
 
 from leasekeeper.backends._credentials import aws_configuration
-from leasekeeper.backends.base import (
-    OK,
+from leasekeeper.backends.cloud import CloudBackend, ReadOnce
+from leasekeeper.backends.contract import OK, Handle, Message, Outcome, OutcomeKind
+from leasekeeper.backends.rebuild import sqs_credentials_problem, sqs_secrets, sqs_settings
+from leasekeeper.backends.shared import (
     REDACTED,
-    CloudBackend,
     ErrorTable,
-    Handle,
-    Message,
-    Outcome,
-    OutcomeKind,
-    ReadOnce,
     check_lease_age,
     check_seconds,
     chunked,
@@ -51,7 +47,6 @@ from leasekeeper.backends.base import (
     said,
     whole_seconds,
 )
-from leasekeeper.backends.rebuild import sqs_credentials_problem, sqs_secrets, sqs_settings
 from leasekeeper.backends.spec import SQSSpec, URLSpec
 from leasekeeper.backends.sqs_http import (
     CLIENT_METHODS,

@@ -45,7 +45,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from leasekeeper.backends.base import Backend, Message
+from leasekeeper.backends.contract import Backend, Message
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import LeaseError, LeaseLost, LeaseTooShort
 from leasekeeper.lease import Lease, LeaseState

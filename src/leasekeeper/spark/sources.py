@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from leasekeeper.backends import spec as specs
-from leasekeeper.backends.base import Backend
+from leasekeeper.backends.contract import Backend
 from leasekeeper.backends.spec import BackendSpec, URLSpec
 from leasekeeper.backends.urls import factory_for, parse_url
 

@@ -57,7 +57,7 @@ from dataclasses import asdict, dataclass
 from types import FrameType
 from typing import Any, TypeVar
 
-from leasekeeper.backends.base import Backend
+from leasekeeper.backends.contract import Backend
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.errors import LeaseError, LeaseLost
 from leasekeeper.lease import Lease, LeaseState

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from leasekeeper.backends.base import Backend
+from leasekeeper.backends.contract import Backend
 from leasekeeper.errors import LeaseTooShort, ReceiveError
 from leasekeeper.lease import Lease, LeaseState
 from leasekeeper.manager import LeaseManager

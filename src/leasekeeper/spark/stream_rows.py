@@ -31,7 +31,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from leasekeeper.backends.base import Message
+from leasekeeper.backends.contract import Message
 
 COLUMNS = (
     "id",

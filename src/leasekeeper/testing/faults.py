@@ -91,8 +91,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal, NamedTuple, cast, get_args
 
-from leasekeeper.backends.base import Backend, ForwardingBackend, Handle, Message, Outcome
-from leasekeeper.backends.base import Operation as BatchOperation
+from leasekeeper.backends.contract import Backend, Handle, Message, Outcome
+from leasekeeper.backends.contract import Operation as BatchOperation
+from leasekeeper.backends.forwarding import ForwardingBackend
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
 from leasekeeper.errors import ReceiveError
 from leasekeeper.testing.clock import ManualClock

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from leasekeeper.observers import Observer
 
 if TYPE_CHECKING:
-    from leasekeeper._record import LeaseRecord
+    from leasekeeper.record import LeaseRecord
 
 __all__ = ["ENDINGS", "Run", "Timeline", "TimelineObserver", "lanes"]
 

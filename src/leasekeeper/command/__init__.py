@@ -1,0 +1,3 @@
+"""The ``leasekeeper`` command: ``cli`` (the entry point), ``demo`` and
+``worker`` (``leasekeeper worker MODULE:HANDLER``).
+"""

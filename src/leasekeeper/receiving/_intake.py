@@ -1,0 +1,412 @@
+"""Intake: what a worker's receive loop decides, whichever loop runs it.
+
+``Worker`` (threads) and ``leasekeeper.aio.AsyncWorker`` (an event loop) wait,
+receive and hand out messages differently, but decide the same things the same
+way, here: their settings and manager, how many messages they may hold (their
+handlers, plus a prefetched batch while handlers are quick), the receive call,
+what a failed receive means (retry after a jittered, growing pause, or stop),
+leasing a received batch, and how a queued delete or release that was answered
+counts. An ``Intake`` holds no lock and starts nothing: its worker serialises the
+calls that change it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, Literal
+
+from leasekeeper.backends.contract import Backend, Message
+from leasekeeper.clock import Clock
+from leasekeeper.config import LeaseConfig
+from leasekeeper.decorator import undecorated
+from leasekeeper.errors import LeaseLost, LeaseTooShort, ManagerClosed, ReceiveError
+from leasekeeper.failures import resolve_dead_letter
+from leasekeeper.lease import Lease, LeaseState, settle_rollover
+from leasekeeper.manager import LeaseManager
+from leasekeeper.receiving._sources import Source, Sources
+from leasekeeper.receiving.stats import QueueStats, WorkerStats
+from leasekeeper.rollover import unwrap
+
+log = logging.getLogger("leasekeeper.worker")
+
+#: Who renews for a worker that makes its own manager, unless told: see
+#: docs/performance.md, measure 8, and docs/guide.md, "Choosing a renewer".
+DEFAULT_RENEWER: Literal["thread", "process", "auto"] = "auto"
+
+
+__all__ = ["DEFAULT_RENEWER", "Intake", "QueueStats", "WorkerStats", "backoff"]
+
+#: What a worker takes as its queues: a manager, a backend, or a list of backends.
+Queues = LeaseManager | Backend | Sequence[Backend]
+#: A dead-letter queue: a backend, a URL or a name beside the queue; per queue, a list.
+DeadLetter = Backend | str | None
+
+
+class Intake:
+    """A worker's settings, manager and receive policy (see the module docstring).
+
+    ``kind`` names the worker in error messages ("Worker", "AsyncWorker").
+    ``manager_or_backend`` may be a list of backends: a multi-queue worker
+    (``leasekeeper.receiving._sources``), with ``weights`` and, per queue, ``dead_letter`` and the
+    config field ``max_receives`` (a list in the queues' order, or one for all).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        manager_or_backend: Queues,
+        handler: Callable[..., object],
+        *,
+        concurrency: int,
+        batch_size: int,
+        wait_seconds: float,
+        shutdown_timeout: float,
+        config: LeaseConfig | None,
+        renewer: Literal["thread", "process", "auto"] | None,
+        prefetch: int | None,
+        gather: float,
+        config_fields: dict[str, Any],
+        clock: Clock | None = None,
+        dead_letter: DeadLetter | Sequence[DeadLetter] = None,
+        weights: Sequence[int] | None = None,
+    ) -> None:
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {type(handler).__name__}")
+        inner = undecorated(handler)
+        if inner is not None:
+            # The worker leases every message itself: the @leased wrapper would delete
+            # each message a second time (and count it lost when that delete fails).
+            log.info(
+                "%s: %s is @leased; running the function it wraps under the worker's "
+                "own lease (each message deleted once)",
+                kind,
+                getattr(handler, "__qualname__", repr(handler)),
+            )
+            handler = inner
+        #: The handler the worker calls (a ``@leased`` wrapper's undecorated function).
+        self.handler = handler
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if not wait_seconds >= 0:
+            raise ValueError(f"wait_seconds must be >= 0, got {wait_seconds!r}")
+        if prefetch is not None and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+        ):
+            raise ValueError(f"prefetch must be None (auto) or an integer >= 0, got {prefetch!r}")
+        if not 0 <= gather <= 1:
+            raise ValueError(f"gather must be between 0 and 1 second, got {gather!r}")
+        backends: list[Backend] | None = None
+        if isinstance(manager_or_backend, Sequence) and not isinstance(manager_or_backend, str):
+            backends = list(manager_or_backend)
+            if not backends:
+                raise ValueError(f"{kind} needs at least one queue, got an empty list")
+            for queue in backends:
+                if not isinstance(queue, Backend):
+                    raise TypeError(
+                        f"{kind} takes a list of leasekeeper backends, got a "
+                        f"{type(queue).__qualname__} in it"
+                    )
+            if len({id(queue) for queue in backends}) != len(backends):
+                raise ValueError(f"{kind} got the same queue twice")
+        elif weights is not None:
+            raise TypeError(f"weights are for a {kind} of several queues (a list of backends)")
+        if backends is not None:
+            self.manager = _multi_queue_manager(
+                backends,
+                config=config,
+                renewer=renewer,
+                clock=clock,
+                dead_letter=dead_letter,
+                config_fields=config_fields,
+            )
+            self.backend: Backend = backends[0]
+            self.owns_manager = True
+        elif isinstance(manager_or_backend, LeaseManager):
+            if (
+                config is not None
+                or config_fields
+                or renewer is not None
+                or clock is not None
+                or dead_letter is not None
+            ):
+                raise TypeError(
+                    f"pass config, renewer, clock and dead_letter to the LeaseManager, not "
+                    f"to a {kind} built on one"
+                )
+            if manager_or_backend.backend is None:
+                raise ValueError("the LeaseManager has no backend to receive from")
+            self.manager = manager_or_backend
+            self.backend = manager_or_backend.backend
+            self.owns_manager = False
+        elif isinstance(manager_or_backend, Backend):
+            if not (dead_letter is None or isinstance(dead_letter, (str, Backend))):
+                raise TypeError(f"one queue takes one dead_letter, got {dead_letter!r}")
+            self.backend = manager_or_backend
+            self.manager = LeaseManager(
+                manager_or_backend,
+                config,
+                renewer=renewer or DEFAULT_RENEWER,
+                clock=clock,
+                dead_letter=dead_letter,
+                **config_fields,
+            )
+            self.owns_manager = True
+        else:
+            raise TypeError(
+                f"{kind} needs a LeaseManager or a leasekeeper backend, got "
+                f"{type(manager_or_backend).__qualname__}"
+            )
+        #: The queues it receives from, and which one the next receive goes to.
+        self.sources = Sources(backends or [self.backend], weights)
+        self.concurrency = concurrency
+        # Within what one receive call of each service may ask for.
+        for queue in backends or [self.backend]:
+            batch_size = min(batch_size, getattr(queue, "max_receive", batch_size))
+            wait_seconds = min(
+                float(wait_seconds), getattr(queue, "max_wait_seconds", float(wait_seconds))
+            )
+        self.batch_size = batch_size
+        self.wait_seconds = float(wait_seconds)
+        self.shutdown_timeout = float(shutdown_timeout)
+        self.prefetch = prefetch
+        self.gather = float(gather)
+        self.stats = WorkerStats(per_queue={s.name: s.stats for s in self.sources.all})
+        # Handler durations, smoothed: are handlers quick enough to prefetch for?
+        self.duration: float | None = None
+        self.failures = 0  # receive failures in a row
+
+    # ------------------------------------------------------------------ how many
+
+    def limit(self) -> int:
+        """Messages the worker may hold: its handlers, plus a batch while handlers
+        are quick - a hundredth of the visibility timeout - so that a prefetched
+        message waits for a handler far less than its lease lasts."""
+        if self.prefetch is not None:
+            return self.concurrency + self.prefetch
+        quick = self.duration is not None and (
+            self.duration < self.manager.config.visibility_timeout / 100
+        )
+        return self.concurrency + (self.batch_size if quick else 0)
+
+    def took(self, seconds: float) -> None:
+        """A handler ran for ``seconds``."""
+        last = self.duration
+        self.duration = seconds if last is None else 0.8 * last + 0.2 * seconds
+
+    # ------------------------------------------------------------------ receiving
+
+    @property
+    def backends(self) -> list[Backend]:
+        """The queues it receives from, in the order given."""
+        return [source.backend for source in self.sources.all]
+
+    def receive(self, free: int) -> list[Message]:
+        """One receive call of up to ``free`` messages (blocks for its long poll), from
+        the queue whose turn it is (``Sources.pick``)."""
+        sources = self.sources
+        clock = self.manager.clock
+        now = clock.now()
+        source, may_wait = sources.pick(now)
+        wait = self.wait_seconds
+        if sources.several:
+            wait = sources.long_poll(source, now, wait) if may_wait else 0.0
+        try:
+            messages = source.backend.receive(
+                max_messages=min(self.batch_size, free),
+                wait_seconds=wait,
+                visibility_timeout=self.manager.config.visibility_timeout,
+            )
+        except Exception:
+            sources.answered(source, 0, clock.now())  # a failing queue rests too
+            raise
+        sources.answered(source, len(messages), clock.now())
+        self.failures = 0
+        for message in messages:
+            unwrap(message)  # a continuation's envelope is not the handler's to see
+        return messages
+
+    def next_receive(self, asked_at: float) -> float:
+        """After an empty answer to the receive sent at ``asked_at``: when to ask
+        again. One queue: once its wait is up (a short poll, a driven clock: the rest
+        of it). Several: as soon as one of them is awake."""
+        if self.sources.several:
+            return self.sources.next_receive(self.manager.clock.now())
+        return asked_at + self.wait_seconds
+
+    def source_of(self, lease: Lease) -> Source | None:
+        """The queue ``lease``'s message came from."""
+        return self.sources.of(lease.message.backend)
+
+    def received(self, messages: Sequence[Message], refused: Sequence[Message]) -> None:
+        """Count ``messages`` received, ``refused`` of them not leased, in total and
+        per queue."""
+        self.stats.received += len(messages)
+        self.stats.refused += len(refused)
+        for message in messages:
+            source = self.sources.of(message.backend)
+            if source is not None:
+                source.stats.received += 1
+        for message in refused:
+            source = self.sources.of(message.backend)
+            if source is not None:
+                source.stats.refused += 1
+
+    def receive_failed(self, exc: Exception) -> float | None:
+        """The pause before trying again after ``exc``, or None: stop (a fatal
+        ``ReceiveError``: the queue was deleted, the credentials were refused)."""
+        if isinstance(exc, ReceiveError):
+            if not exc.retryable:
+                # Retrying cannot help: stop, letting running handlers finish, and say why.
+                log.error("receive from %r failed for good, stopping: %s", self.backend, exc)
+                return None
+            self.failures += 1
+            pause = backoff(self.failures)
+            log.warning("%s; retrying in %.1fs", exc, pause)
+            return pause
+        # Not a ReceiveError: a custom backend's own failure, or a bug. It may be
+        # transient, so keep trying, and say what it was. Its text is not logged at
+        # WARNING: leasekeeper cannot know what it quotes (the backends that ship
+        # with it raise only ReceiveError for failures).
+        self.failures += 1
+        pause = backoff(self.failures)
+        log.warning(
+            "receive raised %s, not a leasekeeper ReceiveError; retrying in %.1fs",
+            type(exc).__name__,
+            pause,
+        )
+        if self.failures == 1:
+            log.debug("the receive failure", exc_info=exc)
+        return pause
+
+    def register_all(
+        self, messages: list[Message]
+    ) -> tuple[list[tuple[Message, Lease]], list[Message]]:
+        """Lease ``messages`` (at receipt, not when a handler frees up); returns the
+        leased ones and the refused ones (too little invisibility left)."""
+        leased: list[tuple[Message, Lease]] = []
+        refused: list[Message] = []
+        for message in messages:
+            try:
+                leased.append((message, self.manager.register(message)))
+            except LeaseTooShort as exc:
+                log.warning("%s; leaving it to reappear", exc)
+                refused.append(message)
+            except ManagerClosed:
+                break
+        return leased, refused
+
+    # ------------------------------------------------------------------ settling
+
+    def settle(self, lease: Lease, outcome: str, error: BaseException | None) -> str:
+        """What a finished message counts as, once its queued delete (``outcome``
+        "completed") or release was answered with ``error`` (None: done)."""
+        if outcome == "completed" and error is not None:
+            if isinstance(error, LeaseLost):
+                log.warning("%s", error)
+                return "lost"
+            # The handler succeeded but the delete kept failing: stop renewing, so
+            # the message comes back and is done again, not hidden for ever.
+            log.error("delete of message %r failed (%s); left to lapse", lease.id, error)
+            lease.owner.abandon(lease, "delete failed: left to lapse")
+            return "failed"
+        if error is not None and not isinstance(error, LeaseLost):
+            log.warning("release of message %r failed: %s", lease.id, error)
+        return outcome
+
+    def roll_over(self, lease: Lease) -> str:
+        """The handler raised ``Rollover``: send the continuation, delete the original
+        (blocking: run it off an event loop). Returns what the message counts as."""
+        try:
+            settle_rollover(lease)
+        except LeaseLost as exc:
+            log.warning("not rolled over: %s", exc)
+            return "lost"
+        except Exception:
+            return "failed"  # settle_rollover said what failed
+        return "rolled_over"
+
+    def fail(self, lease: Lease, error: BaseException) -> tuple[str, Future[None] | None]:
+        """The handler raised ``error``: release the message (through the coalescer), or
+        send a poison message to the dead-letter queue. Returns what it counts as,
+        and the release to wait for."""
+        try:
+            future = self.manager.fail_soon(lease, error)
+        except ManagerClosed:
+            return "failed", None  # closed in a hurry: close() released it
+        if lease.state is LeaseState.COMPLETED:
+            return "dead_lettered", None  # copied, then deleted, already
+        return "failed", future
+
+    def count(self, outcome: str, lease: Lease | None = None) -> None:
+        """Count a finished message (``lease``'s), in total and for its queue."""
+        source = None if lease is None else self.source_of(lease)
+        for stats in (self.stats,) if source is None else (self.stats, source.stats):
+            _count(stats, outcome)
+
+
+def _count(stats: QueueStats, outcome: str) -> None:
+    if outcome in ("completed", "rolled_over", "lost", "dead_lettered"):
+        setattr(stats, outcome, getattr(stats, outcome) + 1)
+    else:
+        stats.failed += 1
+
+
+def _per_queue(name: str, value: Any, count: int) -> list[Any]:
+    """``value`` for each of ``count`` queues: a list of ``count``, or one for all."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != count:
+            raise ValueError(
+                f"{name} has {len(value)} entries for {count} queues: give one a queue, "
+                "or one for all"
+            )
+        return list(value)
+    return [value] * count
+
+
+def _multi_queue_manager(
+    backends: list[Backend],
+    *,
+    config: LeaseConfig | None,
+    renewer: Literal["thread", "process", "auto"] | None,
+    clock: Clock | None,
+    dead_letter: DeadLetter | Sequence[DeadLetter],
+    config_fields: dict[str, Any],
+) -> LeaseManager:
+    """One manager (and renewer) for every queue of a multi-queue worker; each queue's
+    failures follow its own ``dead_letter`` and ``max_receives``."""
+    fields = dict(config_fields)
+    max_receives = _per_queue("max_receives", fields.pop("max_receives", None), len(backends))
+    dead_letters = _per_queue("dead_letter", dead_letter, len(backends))
+    for most in max_receives:
+        if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < 1):
+            raise ValueError(f"max_receives must be None or integers >= 1, got {most!r}")
+    manager = LeaseManager(
+        backends[0],
+        config,
+        renewer=renewer or DEFAULT_RENEWER,
+        clock=clock,
+        queues=backends,
+        **fields,
+    )
+    try:
+        for queue, target, most in zip(backends, dead_letters, max_receives, strict=True):
+            manager.failures.add_queue(
+                queue,
+                resolve_dead_letter(target, queue),
+                manager.config.max_receives if most is None else most,
+            )
+    except BaseException:
+        manager.close()
+        raise
+    return manager
+
+
+def backoff(failures: int) -> float:
+    """The pause after the ``failures``-th receive failure in a row: 0.2 s doubling
+    to 30 s, jittered so that workers that failed together do not retry together."""
+    return min(30.0, 0.1 * 2.0 ** min(failures, 9) * random.uniform(0.8, 1.2))

@@ -1,0 +1,178 @@
+"""One receive loop for ``Worker`` and ``AsyncWorker``, written once, run two ways.
+
+The loop decides; its driver waits. ``receive_loop`` and ``shutdown_steps`` are
+generators that yield the steps they need done - wait for a change until a moment
+of the clock, receive up to N messages, start handlers on what came, flush the
+queued deletes, finish - and never block themselves. ``Worker`` performs each step
+on its threads (a wait is a wait on its slot condition, with the lock held while the
+loop decides, so no wake-up is lost between a decision and its wait);
+``AsyncWorker`` awaits each on its event loop. The policy - how many to receive,
+gathering a fuller batch, backing off after a failed receive, stopping when idle,
+the graceful shutdown - exists in this one place (with ``_intake``'s settings), and
+every moment in it is read from the worker's clock: on a
+``leasekeeper.testing.ManualClock`` a worker waits until the test advances it.
+
+A change is anything that can let the loop go on: a handler finished, a delete was
+answered, stop was asked. Its driver reports changes by waking the waiting step;
+the loop re-reads the worker's state (``LoopState``) after every step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from leasekeeper.backends.contract import Message
+from leasekeeper.clock import Clock
+from leasekeeper.errors import ReceiveError
+from leasekeeper.lease import Lease
+from leasekeeper.receiving._intake import Intake
+
+log = logging.getLogger("leasekeeper.worker")
+
+
+class LoopState(Protocol):
+    """What the loop reads of its worker after each step."""
+
+    @property
+    def running(self) -> int:
+        """Messages in hand: handled now, or waiting for a handler."""
+        ...
+
+    @property
+    def unsettled(self) -> int:
+        """Deletes and releases queued and not answered yet."""
+        ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def hurry(self) -> bool:
+        """A second signal: skip the graceful wait."""
+        ...
+
+    def active(self) -> list[Lease]:
+        """The leases of the messages in hand."""
+        ...
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Wait until something changes, or until the clock reads ``until`` (None: no
+    limit)."""
+
+    until: float | None
+
+
+@dataclass(frozen=True)
+class Receive:
+    """One receive call of up to ``count`` messages. The driver sends back the list,
+    or throws the exception the call raised into the loop."""
+
+    count: int
+
+
+@dataclass(frozen=True)
+class Start:
+    """Lease ``messages`` (all of them, before any handler starts) and hand them to
+    handlers."""
+
+    messages: list[Message]
+
+
+@dataclass(frozen=True)
+class Flush:
+    """Send the queued deletes and releases; give up at ``deadline``."""
+
+    deadline: float
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Close the manager if the worker owns it, else release ``leftovers`` under their
+    handlers (``manager.revoke``)."""
+
+    leftovers: Sequence[Lease]
+
+
+Step = Wait | Receive | Start | Flush | Finish
+
+
+def receive_loop(
+    intake: Intake, state: LoopState, clock: Clock, until_idle: float | None
+) -> Generator[Step, Any, ReceiveError | None]:
+    """Receive and start handlers until stopped, or idle for ``until_idle`` seconds.
+    Returns the fatal ``ReceiveError`` that ended it, if one did."""
+    idle_since = clock.now()
+    while not state.stopping:
+        # Room: wait for a free slot, then briefly (gather) for more, so that one
+        # receive brings a fuller batch.
+        limit = intake.limit()
+        while state.running >= limit and not state.stopping:
+            yield Wait(None)
+            limit = intake.limit()
+        gather_until = clock.now() + intake.gather
+        while (
+            limit - state.running < intake.batch_size
+            and state.running
+            and not state.stopping
+            and clock.now() < gather_until
+        ):
+            yield Wait(gather_until)
+        if state.stopping:
+            break
+        asked_at = clock.now()
+        try:
+            messages = yield Receive(min(intake.batch_size, limit - state.running))
+        except Exception as exc:
+            pause = intake.receive_failed(exc)
+            if pause is None:  # a fatal ReceiveError: stop, as stop() would
+                assert isinstance(exc, ReceiveError)
+                return exc
+            resume = clock.now() + pause
+            while clock.now() < resume and not state.stopping:
+                yield Wait(resume)
+            continue
+        if messages:
+            # Lease the whole batch before the first handler starts: a handler that
+            # grabs the GIL at once would otherwise leave the rest of the batch
+            # unleased, burning invisibility until LeaseTooShort refused them.
+            yield Start(messages)
+            idle_since = clock.now()
+            continue
+        now = clock.now()
+        if state.running + state.unsettled:
+            idle_since = now
+        elif until_idle is not None and now - idle_since >= until_idle:
+            break
+        # An empty answer that came before its wait was up (a short poll, a driven
+        # clock): wait the rest out rather than ask again at once - or, with several
+        # queues, until one of them is awake (an empty one rests a while).
+        rest = intake.next_receive(asked_at)
+        if until_idle is not None and not state.running + state.unsettled:
+            rest = min(rest, idle_since + until_idle)
+        if now < rest:
+            yield Wait(rest)
+    return None
+
+
+def shutdown_steps(intake: Intake, state: LoopState, clock: Clock) -> Generator[Step, Any, None]:
+    """Stop gracefully: let running handlers finish while their leases are renewed,
+    for up to ``shutdown_timeout``, send the queued deletes, then release what is
+    left so other workers get it at once."""
+    deadline = clock.now() + intake.shutdown_timeout
+    while state.running and not state.hurry and clock.now() < deadline:
+        yield Wait(deadline)
+    leftovers = state.active()
+    if state.running:
+        log.warning(
+            "shutdown: %d handler(s) still running; releasing their messages", state.running
+        )
+    # Deletes out first: a message whose handler succeeded is not released.
+    yield Flush(deadline)
+    while state.unsettled and clock.now() < deadline:
+        yield Wait(deadline)
+    yield Finish(leftovers)

@@ -1,0 +1,28 @@
+"""What a worker counts: ``worker.stats`` (a ``WorkerStats``), in total and per queue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["QueueStats", "WorkerStats"]
+
+
+@dataclass
+class QueueStats:
+    """A worker's figures: in total (``worker.stats``) and per queue
+    (``worker.stats.per_queue[name]``, the same fields without ``per_queue``)."""
+
+    received: int = 0
+    completed: int = 0
+    failed: int = 0  # handler raised: message released
+    lost: int = 0  # lease lost while handling: nothing deleted
+    refused: int = 0  # received with too little invisibility left to lease
+    rolled_over: int = 0  # handed on as a continuation before the service's cap
+    dead_lettered: int = 0  # handler raised on the last try: sent to the dead-letter queue
+
+
+@dataclass
+class WorkerStats(QueueStats):
+    """``QueueStats`` in total, and ``per_queue``: by queue name, each queue's own."""
+
+    per_queue: dict[str, QueueStats] = field(default_factory=dict)

@@ -1,0 +1,233 @@
+"""What the worker and its renewer process say to each other, over one socket.
+
+Each frame is a small ``NamedTuple`` of its own, defined here and nowhere else: a
+new frame is added in this file (and a handler in each side's dispatch table), and
+a frame built without a field is a type error, not an ``IndexError`` at the other
+end. Frames cross as length-prefixed pickles (``send_frame``/``recv_frame`` over a
+``multiprocessing.connection.Connection``); a ``Batch`` carries several in one write.
+
+worker -> renewer: ``Hello`` (first, before anything else), ``Add`` (no reply),
+``Complete``, ``Release``, ``Forget``, ``AskStats`` and ``Close`` (each answered by
+a ``Done`` with its ``request``), ``Abandon``, ``Progress``, ``Observe`` (no reply).
+
+renewer -> worker: ``Started`` then ``Serving`` or ``Failed`` (once each), ``Done``,
+``Extended``, ``Rolling``, ``Ended``, ``Event``; its sender batches them (``Batch``).
+
+Keys are the worker's lease ids (ints), never message ids: a message received
+again is a new lease. Receipts cross the socket (both ends are the same user's
+processes) but are never logged. Times are ``time.monotonic()`` values, which
+both processes share on one machine. Exceptions cross as (type name, args) and
+are rebuilt on the worker's side by ``decode_error``.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any, NamedTuple
+
+from leasekeeper.errors import BackendError, ConfigError, LeaseError, LeaseLost, ManagerClosed
+
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+# ---------------------------------------------------------------------- worker -> renewer
+
+
+class Hello(NamedTuple):
+    """The first frame: where to import from, who to watch, what to build."""
+
+    path: list[str]
+    parent: int
+    payload: bytes  # the pickled (spec, config)
+
+
+class Add(NamedTuple):
+    """Start renewing a lease (no reply: the worker knows its deadline)."""
+
+    key: int
+    message_id: str
+    receipt: str
+    received_at: float
+    visibility_timeout: float
+    deadline_hint: float | None
+    hard_deadline: float | None
+    receive_count: int
+    watch: bool
+    queue: int = 0  # which of a multi-queue worker's queues (their order at start)
+
+
+class Complete(NamedTuple):
+    """Delete these leases' messages. Reply: per key (encoded error, extensions)."""
+
+    request: int
+    keys: list[int]
+
+
+class Release(NamedTuple):
+    """Release these leases. Reply: per key, an encoded error or None."""
+
+    request: int
+    keys: list[int]
+    delay: float | None
+    stop_handler: bool
+
+
+class Forget(NamedTuple):
+    """Stop renewing one lease. Reply (None) once no extend of it is out."""
+
+    request: int
+    key: int
+
+
+class Abandon(NamedTuple):
+    """Stop renewing one lease whose delete keeps failing (no reply)."""
+
+    key: int
+    reason: str
+
+
+class Progress(NamedTuple):
+    """The handlers' latest progress (``stall_timeout``), coalesced (no reply)."""
+
+    entries: list[tuple[int, float]]  # (key, at)
+
+
+class AskStats(NamedTuple):
+    """Reply: the renewer's ``Stats``."""
+
+    request: int
+
+
+class Observe(NamedTuple):
+    """Forward observer events (the worker has observers) or stop."""
+
+    on: bool
+
+
+class Close(NamedTuple):
+    """Close (releasing what is active when ``release``). Reply: the final Stats."""
+
+    request: int
+    release: bool
+    timeout: float | None
+
+
+# ---------------------------------------------------------------------- renewer -> worker
+
+
+class Started(NamedTuple):
+    """It runs; its backend is built next, while the worker goes on."""
+
+    pid: int
+
+
+class Serving(NamedTuple):
+    """It built its backend and renews."""
+
+
+class Failed(NamedTuple):
+    """It could not start or build its backend (then it exits)."""
+
+    reason: str
+
+
+class Done(NamedTuple):
+    """A request's reply."""
+
+    request: int
+    payload: Any
+
+
+class Extended(NamedTuple):
+    key: int
+    receipt: str
+    visible_until: float
+    extensions: int
+
+
+class Rolling(NamedTuple):
+    """The handler is to roll over."""
+
+    key: int
+
+
+class Ended(NamedTuple):
+    """A lease ended there: lost, abandoned, released or forgotten."""
+
+    key: int
+    state: str
+    lost_reason: str | None
+    detail: str
+    stop_handler: bool
+
+
+class Event(NamedTuple):
+    """An observer callback: ``on_call`` with a call's figures, else (key, value)."""
+
+    callback: str
+    args: tuple[Any, ...]
+
+
+class Batch(NamedTuple):
+    """Several frames in one write."""
+
+    frames: Sequence[tuple[Any, ...]]
+
+
+# ---------------------------------------------------------------------- the socket
+
+
+def send_frame(conn: Connection, frame: tuple[Any, ...]) -> None:
+    """Send one frame. (``Connection.send`` pickles through multiprocessing's
+    ForkingPickler, a new Pickler per call: several times the cost, per frame.)"""
+    conn.send_bytes(pickle.dumps(frame, _PROTOCOL))
+
+
+def recv_frame(conn: Connection) -> Any:
+    """Receive one frame (EOFError when the other end is gone)."""
+    return pickle.loads(conn.recv_bytes())
+
+
+def progress_interval(stall_timeout: float) -> float:
+    """How often at most a lease's progress is sent to the renewer: a tenth of
+    ``stall_timeout``, at most a second (``renewers.process.ProgressRelay``)."""
+    return min(1.0, stall_timeout / 10.0)
+
+
+# ---------------------------------------------------------------------- errors
+
+# A request's per-lease result: None, or an encoded exception.
+Encoded = tuple[str, tuple[Any, ...]] | None
+
+
+def encode_error(exc: BaseException | None) -> Encoded:
+    """``exc`` as a picklable (type name, args); None stays None."""
+    if exc is None:
+        return None
+    if isinstance(exc, LeaseLost):
+        return ("LeaseLost", (exc.message_id, exc.reason, exc.lost_reason))
+    if isinstance(exc, BackendError):
+        return ("BackendError", (exc.operation, exc.message_id, exc.kind, exc.detail))
+    for kind in (ManagerClosed, ConfigError, LeaseError, ValueError):
+        if isinstance(exc, kind):
+            return (kind.__name__, (str(exc),))
+    return ("LeaseError", (f"{type(exc).__name__} in the renewer process",))
+
+
+_ERRORS: dict[str, type[Exception]] = {
+    "LeaseLost": LeaseLost,
+    "BackendError": BackendError,
+    "ManagerClosed": ManagerClosed,
+    "ConfigError": ConfigError,
+    "LeaseError": LeaseError,
+    "ValueError": ValueError,
+}
+
+
+def decode_error(encoded: Encoded) -> Exception | None:
+    """The exception ``encode_error`` described, rebuilt; None stays None."""
+    if encoded is None:
+        return None
+    name, args = encoded
+    return _ERRORS.get(name, LeaseError)(*args)

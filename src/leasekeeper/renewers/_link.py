@@ -1,0 +1,306 @@
+"""The worker's link to its renewer process: start it, talk to it, notice its death.
+
+``RenewerLink`` starts ``python -m leasekeeper.renewers._main`` with one end of a
+socket pair - a plain subprocess, not multiprocessing: spawn would re-run an
+unguarded ``__main__`` of the user's script and fork would copy a threaded
+process and its descriptors - sends it sys.path, this pid and the pickled
+(spec, config), and waits for it to say it has started. Meanwhile this process
+runs its own check (``precheck``: credentials the renewer would lack, found without
+a request), so what would fail every renewal fails here, at once.
+
+Start-up comes in two steps because the renewer's own is mostly the import of its
+service's SDK (botocore alone is half a second): the link returns once the
+renewer runs, and the renewer builds its backend while this process goes on; what
+is sent meanwhile waits in the socket. ``wait_serving`` waits for the rest: the
+workers call it (through ``LeaseManager.start``) before their first receive, so
+no message is received before its renewals can be sent. A backend that cannot be
+built there after all is reported by ``wait_serving`` (ConfigError, with its
+reason) and as the renewer's death.
+
+Then it sends frames (``_frames``), waits for replies (``ask``), and hands every other
+frame to its ``on_frame`` callback from a reader thread. When the renewer dies its
+pending requests are answered ``DIED`` and ``on_gone`` is called, on the reader
+thread.
+"""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import itertools
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from leasekeeper.backends.cloud import CloudBackend
+from leasekeeper.backends.contract import Backend
+from leasekeeper.errors import ConfigError, LeaseLost
+from leasekeeper.renewers._frames import (
+    Batch,
+    Done,
+    Failed,
+    Hello,
+    Serving,
+    Started,
+    recv_frame,
+    send_frame,
+)
+
+log = logging.getLogger("leasekeeper.renewer")
+
+START_TIMEOUT = 30.0  # seconds for the renewer to start, and again to build its backend
+DIED = "the renewer process died"
+
+
+class _Reply:
+    """One request's answer, waited for on a plain lock (cheaper than an Event)."""
+
+    __slots__ = ("latch", "payload")
+
+    def __init__(self) -> None:
+        self.latch = _thread.allocate_lock()
+        self.latch.acquire()
+        self.payload: Any = None
+
+    def set(self, payload: Any) -> None:
+        self.payload = payload
+        self.latch.release()
+
+
+class RenewerLink:
+    """One renewer process and the socket to it (a new link per process)."""
+
+    def __init__(
+        self,
+        payload: bytes,
+        *,
+        on_frame: Callable[[tuple[Any, ...]], None],
+        on_gone: Callable[[RenewerLink], None],
+        precheck: Callable[[], str | None] | None = None,
+    ) -> None:
+        self._on_frame = on_frame
+        self._on_gone = on_gone
+        self.closing = False  # close() asked it to go: its end is no death
+        # Set once the renewer serves, or once it cannot (failure: its reason).
+        self._settled = threading.Event()
+        self._died = False  # gone before it served
+        self.failure: str | None = None  # why it could not build its backend
+        # Guards the socket's sending side and _replies.
+        self._send_lock = threading.Lock()
+        self._replies: dict[int, _Reply] = {}
+        self._requests = itertools.count(1)
+        # What the reader does with each frame: these here, every other to on_frame.
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Batch: self._batch,
+            Done: self._done,
+            Serving: self._serving,
+            Failed: self._failed,
+        }
+        self.proc, self._conn = _start(payload, precheck)
+        self._reader = threading.Thread(
+            target=self._read, name="leasekeeper-renewer-reader", daemon=True
+        )
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
+    def serving(self) -> bool:
+        """The renewer has built its backend and renews."""
+        return self._settled.is_set() and self.failure is None and not self._died
+
+    def wait_serving(self, timeout: float = START_TIMEOUT) -> None:
+        """Return once the renewer renews; ConfigError when it cannot (its backend
+        could not be built there, it died first, or it took over ``timeout``)."""
+        if not self._settled.wait(timeout):
+            raise ConfigError(
+                f"the renewer process could not start: its backend was not built in {timeout:g}s"
+            )
+        if self.failure is not None:
+            raise ConfigError(f"the renewer process could not start: {self.failure}")
+        if self._died:
+            raise ConfigError("the renewer process could not start: it died while starting")
+
+    def send(self, frame: tuple[Any, ...]) -> None:
+        """Send ``frame``; raise LeaseLost when the renewer is gone."""
+        try:
+            with self._send_lock:
+                send_frame(self._conn, frame)
+        except OSError:
+            raise LeaseLost("-", DIED) from None
+
+    def ask(self, make: Callable[[int], tuple[Any, ...]]) -> Any:
+        """Send the request ``make(request id)``; wait for its reply's payload
+        (``DIED`` if the renewer died first)."""
+        reply = _Reply()
+        with self._send_lock:
+            request = next(self._requests)
+            self._replies[request] = reply
+            try:
+                send_frame(self._conn, make(request))
+            except OSError:
+                del self._replies[request]
+                return DIED
+        reply.latch.acquire()  # released by the reader thread (or by _gone)
+        return reply.payload
+
+    def close(self, timeout: float | None) -> None:
+        """After the renewer was asked to close: wait for it to exit (or kill it)."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("renewer process %d did not exit; killed", self.proc.pid)
+            self.proc.kill()
+        if self._reader is not threading.current_thread():
+            self._reader.join(5.0)
+
+    def drop(self) -> None:
+        """In a forked child of the worker: let go of the socket (so the renewer still
+        sees end of file when the worker dies) without a word to it."""
+        self.closing = True
+        with contextlib.suppress(OSError):
+            os.close(self._conn.fileno())
+
+    def _read(self) -> None:
+        """The reader thread: replies to their waiters, the rest to ``on_frame``."""
+        while True:
+            try:
+                frame = recv_frame(self._conn)
+            except (EOFError, OSError):
+                break
+            try:
+                self._dispatch(frame)
+            except Exception:
+                log.exception("renewer frame %s could not be applied", type(frame).__name__)
+        self._gone()
+
+    def _dispatch(self, frame: tuple[Any, ...]) -> None:
+        handler = self._handlers.get(type(frame))
+        if handler is None:
+            self._on_frame(frame)
+        else:
+            handler(frame)
+
+    def _batch(self, frame: Batch) -> None:
+        for inner in frame.frames:
+            self._dispatch(inner)
+
+    def _done(self, frame: Done) -> None:
+        with self._send_lock:
+            reply = self._replies.pop(frame.request, None)
+        if reply is not None:
+            reply.set(frame.payload)
+
+    def _serving(self, frame: Serving) -> None:
+        self._settled.set()
+
+    def _failed(self, frame: Failed) -> None:  # then it exits: _gone follows
+        self.failure = frame.reason
+        log.error("the renewer process could not build its backend: %s", self.failure)
+        self._settled.set()
+
+    def _gone(self) -> None:
+        if not self._settled.is_set():
+            self._died = True
+        self._settled.set()
+        with self._send_lock:
+            replies = list(self._replies.values())
+            self._replies.clear()
+        for reply in replies:
+            reply.set(DIED)
+        self._conn.close()
+        self.proc.wait()
+        if self.closing:
+            return
+        if self.failure is None:  # a failure was logged when it was told
+            log.error("renewer process %d died", self.proc.pid)
+        self._on_gone(self)
+
+
+class LinkMaker:
+    """Starts the renewer processes of one ``ProcessRenewer`` - and no more of them
+    once one could not build its backend: another would fail the same way."""
+
+    def __init__(self, backends: Sequence[Backend], payload: bytes) -> None:
+        self._backends = backends
+        self._payload = payload  # the pickled (spec, config[, more specs])
+        self._unbuildable: str | None = None  # why one could not build its backend
+
+    @property
+    def unbuildable(self) -> bool:
+        return self._unbuildable is not None
+
+    def start(
+        self,
+        on_frame: Callable[[tuple[Any, ...]], None],
+        on_gone: Callable[[RenewerLink], None],
+    ) -> RenewerLink:
+        if self._unbuildable is not None:
+            raise ConfigError(f"the renewer process could not start: {self._unbuildable}")
+        return RenewerLink(
+            self._payload, on_frame=on_frame, on_gone=on_gone, precheck=self._credentials_problem
+        )
+
+    def ended(self, link: RenewerLink) -> None:
+        """``link``'s renewer is gone; if it never served, it could not build."""
+        if link.failure is not None:
+            self._unbuildable = link.failure
+
+    def _credentials_problem(self) -> str | None:
+        """What the renewer's backends would lack, asked of these (no request)."""
+        for backend in self._backends:
+            if isinstance(backend, CloudBackend):
+                problem = backend.credentials_problem()
+                if problem is not None:
+                    return problem
+        return None
+
+
+def _start(
+    payload: bytes, precheck: Callable[[], str | None] | None
+) -> tuple[subprocess.Popen[bytes], Connection]:
+    ours, theirs = socket.socketpair()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "leasekeeper.renewers._main", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # the terminal's signals are not its business
+        )
+    finally:
+        theirs.close()
+    conn = Connection(ours.detach())
+    answer: Any = Failed("no answer")
+    try:
+        try:
+            send_frame(conn, Hello(list(sys.path), os.getpid(), payload))
+            # While the renewer starts: what this process can tell without it.
+            problem = precheck() if precheck is not None else None
+            if problem is not None:
+                answer = Failed(problem)
+            elif conn.poll(START_TIMEOUT):
+                answer = recv_frame(conn)
+        except (EOFError, OSError):
+            answer = Failed("it exited while starting")
+        if not isinstance(answer, Started):
+            reason = answer.reason if isinstance(answer, Failed) else repr(answer)
+            raise ConfigError(f"the renewer process could not start: {reason}")
+    except BaseException:
+        conn.close()
+        proc.kill()
+        proc.wait()
+        raise
+    log.info("renewer process %d started", answer.pid)
+    return proc, conn

@@ -1,0 +1,600 @@
+"""The renewer process: ``python -m leasekeeper.renewers._main FD``.
+
+Started by ``renewers.process.ProcessRenewer`` with one end of a socket pair as file
+descriptor FD. It says it has started, then builds its own backend from the
+worker's ``backend.spec()`` (importing the service's SDK is most of its start-up,
+so the worker does not wait for it: its frames wait in the socket), runs an
+ordinary thread-mode ``LeaseManager`` on it, says it serves (or why it could not
+build), and does what the worker asks (``_frames`` lists the frames): lease,
+complete, release, report. Because it is a
+process of its own, a worker holding the GIL in a C call does not stop its
+renewals, and a worker that dies is noticed at once.
+
+The worker's death is noticed three ways, whichever comes first: end of file on
+the socket (the kernel closes a dead process's sockets); the parent-death signal
+(Linux ``PR_SET_PDEATHSIG``, which fires when the *thread* that started us exits,
+so it is only believed once ``getppid()`` changed too); and ``getppid()`` itself,
+checked by a watchdog thread, for a socket kept open by a forked copy of the
+worker. Then every lease still held is released (visibility 0), so another worker
+gets its message at once, and the process exits: no renewer outlives its worker.
+It never infers death from silence: a worker stuck in C code says nothing and is
+alive. SIGINT and SIGTERM are ignored: the renewer shares its worker's fate, not
+its terminal's or its service manager's, and it must keep renewing while a
+worker's graceful shutdown lets its handlers finish.
+
+Requests are read and done by a pool of serving threads, leader/follower: the
+thread that reads a request does it, so the worker's round trip crosses no extra
+thread here. Notices go out through their own sender thread, so a worker that is
+not reading (stuck in C code) never stalls the renewals here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any, NamedTuple
+
+from leasekeeper.backends.contract import Backend, Message
+from leasekeeper.config import LeaseConfig
+from leasekeeper.errors import LeaseError
+from leasekeeper.lease import Lease
+from leasekeeper.manager import LeaseManager
+from leasekeeper.observers import CallEvent, Observer
+from leasekeeper.reasons import LostReason
+from leasekeeper.record import LeaseRecord, LeaseState
+from leasekeeper.renewers._frames import (
+    Abandon,
+    Add,
+    AskStats,
+    Batch,
+    Close,
+    Complete,
+    Done,
+    Ended,
+    Event,
+    Extended,
+    Failed,
+    Forget,
+    Hello,
+    Observe,
+    Progress,
+    Release,
+    Rolling,
+    Serving,
+    Started,
+    encode_error,
+    recv_frame,
+    send_frame,
+)
+
+log = logging.getLogger("leasekeeper.renewer")
+
+PARENT_DEATH_SIGNAL = signal.SIGUSR1
+WATCH_INTERVAL = 0.2  # seconds between getppid() checks
+EXIT_RELEASE_TIMEOUT = 10.0  # how long releasing at the worker's death may take
+_PR_SET_PDEATHSIG = 1
+
+
+class WorkerGone(Exception):
+    """The worker process died: release everything and exit."""
+
+
+class _Flushed(NamedTuple):
+    """Not a frame: the sender sets ``sent`` once what was queued before it went."""
+
+    sent: threading.Event
+
+
+class Outbox:
+    """Frames to the worker: notices go through one sender thread, batched when they
+    pile up, so the renewal threads that raise them never wait for the worker to
+    read; a request's reply is sent by the thread that did the request (``reply``),
+    one thread handoff less on the worker's round trip."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._send_lock = threading.Lock()  # guards the socket's sending side
+        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=self._run, name="leasekeeper-renewer-sender", daemon=True
+        )
+        self._thread.start()
+
+    def put(self, frame: tuple[Any, ...]) -> None:
+        self._queue.put(frame)
+
+    def reply(self, frame: tuple[Any, ...]) -> None:
+        """Send ``frame`` now, from this thread (a request's answer)."""
+        try:
+            with self._send_lock:
+                send_frame(self._conn, frame)
+        except OSError:
+            pass  # the worker is gone: nobody to answer
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is queued, then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait until what is queued now has been sent."""
+        sent = threading.Event()
+        self._queue.put(_Flushed(sent))
+        sent.wait(timeout)
+
+    def _run(self) -> None:
+        while True:
+            frame = self._queue.get()
+            frames: list[tuple[Any, ...]] = []
+            flushed: list[threading.Event] = []
+            done = frame is None
+            more: tuple[Any, ...] | None = frame
+            while more is not None:
+                if isinstance(more, _Flushed):
+                    flushed.append(more.sent)
+                else:
+                    frames.append(more)
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    done = True
+            try:
+                with self._send_lock:
+                    if len(frames) == 1:
+                        send_frame(self._conn, frames[0])
+                    elif frames:
+                        send_frame(self._conn, Batch(frames))
+            except OSError:
+                return  # the worker is gone: nobody to tell
+            finally:
+                for event in flushed:
+                    event.set()
+            if done:
+                return
+
+
+class Forwarder(Observer):
+    """Tells the worker what happened to its leases (and, when asked, every event),
+    and forgets the keys of leases that ended."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        leases: dict[int, Lease],
+        keys: dict[int, int],
+        queues: Sequence[object] = (),
+    ) -> None:
+        self._outbox = outbox
+        # A multi-queue worker's queues, by id: a call event names its queue's index.
+        self._queue_index = {id(queue): index for index, queue in enumerate(queues)}
+        self._leases = leases  # the worker's key -> lease
+        self._keys = keys  # id(lease) -> the worker's key
+        self.events = False  # forward on_call/on_lapse too (the worker has observers)
+
+    def on_extended(self, lease: LeaseRecord, headroom: float) -> None:
+        key = self._keys.get(id(lease))
+        if key is not None:
+            self._outbox.put(Extended(key, lease.receipt, lease.visible_until, lease.extensions))
+            if self.events:
+                self._outbox.put(Event("on_extended", (key, headroom)))
+
+    def on_ended(self, lease: LeaseRecord, state: LeaseState, reason: str) -> None:
+        key = self._keys.pop(id(lease), None)
+        if key is None:
+            return
+        self._leases.pop(key, None)
+        if state is not LeaseState.COMPLETED:  # a completion is the reply's to tell
+            lost = lease.lost_reason
+            lost_reason = None if lost is None else lost.value
+            self._outbox.put(Ended(key, state.value, lost_reason, reason, lease.signalled))
+
+    def on_rolling(self, lease: LeaseRecord) -> None:
+        key = self._keys.get(id(lease))
+        if key is not None:
+            self._outbox.put(Rolling(key))
+
+    def on_call(self, event: CallEvent) -> None:
+        if self.events:
+            args: tuple[Any, ...] = (
+                event.operation,
+                event.entries,
+                event.seconds,
+                event.outcomes,
+                event.error,
+            )
+            if len(self._queue_index) > 1:
+                args += (self._queue_index.get(id(event.backend), 0),)
+            self._outbox.put(Event("on_call", args))
+
+    def on_lapse(self, lease: LeaseRecord, late: float) -> None:
+        key = self._keys.get(id(lease))
+        if self.events and key is not None:
+            self._outbox.put(Event("on_lapse", (key, late)))
+
+
+class ChildRenewer:
+    """A thread-mode LeaseManager on the rebuilt backend, driven by the worker's frames."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        manager: LeaseManager,
+        outbox: Outbox,
+        more_queues: Sequence[Backend] = (),
+    ) -> None:
+        self._conn = conn
+        self._manager = manager
+        self._outbox = outbox
+        # The queues an add names by index: the manager's, then a multi-queue worker's.
+        self._queues: list[Backend] = [*manager.queues, *more_queues]
+        self._leases: dict[int, Lease] = {}  # the worker's key -> lease
+        self._keys: dict[int, int] = {}  # id(lease) -> key (the forwarder forgets ended ones)
+        self._forwarder = Forwarder(outbox, self._leases, self._keys, self._queues)
+        manager.add_observer(self._forwarder)
+        # Leader/follower: whichever serving thread holds this lock reads the next
+        # frame, lets go, and does the request itself - no handoff to another thread
+        # on the worker's round trip. Cheap frames (add, abandon, ...) are done before
+        # letting go, so a complete can never overtake the add of its lease.
+        self._read_lock = threading.Lock()
+        self._done = threading.Event()  # closed, or the worker is gone
+        self._gone = False  # the worker is gone (not closed): release everything
+        self._busy_lock = threading.Lock()  # guards _busy
+        self._busy = 0  # requests being done now
+        # What the worker's frames do. Cheap ones are done by the reading thread
+        # before it lets go, so a complete can never overtake the add of its lease;
+        # the others after it let go, while another thread reads on.
+        self._cheap: dict[type, Callable[[Any], None]] = {
+            Add: self._add,
+            Progress: self._progress,
+            Abandon: self._abandon,
+            AskStats: self._stats,
+            Observe: self._observe,
+            Close: self._close,
+        }
+        self._slow: dict[type, Callable[[Any], None]] = {
+            Complete: self._complete,
+            Release: self._release,
+            Forget: self._forget,
+        }
+        self._threads = [
+            threading.Thread(
+                target=self._serve_frames, name=f"leasekeeper-renewer-op-{n}", daemon=True
+            )
+            for n in range(manager.config.max_concurrency)
+        ]
+
+    def serve(self, watch: DeathWatch, *, gone: bool = False) -> None:
+        """Do what the worker asks until it closes us or dies (then release all).
+        ``gone``: the worker's death is known already (no serving threads start)."""
+        if gone:
+            self._gone = True
+            self._done.set()
+        while True:
+            try:
+                if not self._gone:
+                    self._start_threads()
+                    self._done.wait()
+                # From here on no notice of the worker's death may interrupt what
+                # follows (a release cut short by one would never be redone).
+                watch.settle()
+                break
+            except WorkerGone:  # the parent-death signal or the watchdog, here
+                # The watch raised once and is settled: the next round cannot be
+                # interrupted.
+                self._gone = True
+                self._done.set()
+        if self._gone:
+            self._drain()  # what the worker sent before it died, still unread
+            self._wait_idle(EXIT_RELEASE_TIMEOUT)  # what the worker asked before it died
+            log.info("the worker is gone: releasing %d lease(s)", len(self._leases))
+            self._manager.close(release=True, timeout=EXIT_RELEASE_TIMEOUT)
+
+    def _start_threads(self) -> None:
+        for thread in self._threads:
+            if thread.ident is None:
+                thread.start()
+
+    def _serve_frames(self) -> None:
+        while not self._done.is_set():
+            with self._read_lock:
+                if self._done.is_set():
+                    return
+                try:
+                    frame = recv_frame(self._conn)
+                except (EOFError, OSError):
+                    self._gone = True
+                    self._done.set()
+                    return
+                slow = self._slow.get(type(frame))
+                if slow is None:
+                    self._handle(frame)
+                    continue
+                with self._busy_lock:
+                    self._busy += 1
+            try:
+                slow(frame)
+            except Exception:
+                log.exception("the worker's %s request failed", type(frame).__name__)
+            finally:
+                with self._busy_lock:
+                    self._busy -= 1
+
+    def _drain(self) -> None:
+        """Do the frames a dead worker sent that nobody read yet (its last adds and
+        completes: a complete it asked for is a delete, not a release). The serving
+        threads stop reading once ``_done`` is set; one may still sit in a read, with
+        the lock, when no end of file comes (a forked copy of the worker holds the
+        socket): then there is nothing to drain."""
+        if not self._read_lock.acquire(timeout=1.0):
+            return
+        try:
+            while self._conn.poll(0):
+                frame = recv_frame(self._conn)
+                slow = self._slow.get(type(frame))
+                if slow is not None:
+                    slow(frame)
+                elif not isinstance(frame, Close):
+                    self._handle(frame)
+        except (EOFError, OSError):
+            pass
+        finally:
+            self._read_lock.release()
+
+    def _wait_idle(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._busy_lock:
+                if self._busy == 0:
+                    return
+            time.sleep(0.01)
+
+    def _handle(self, frame: tuple[Any, ...]) -> None:
+        """A cheap frame, done by the reading thread before it lets go."""
+        handler = self._cheap.get(type(frame))
+        if handler is None:
+            log.error("unknown frame %s from the worker", type(frame).__name__)
+        else:
+            handler(frame)
+
+    def _progress(self, frame: Progress) -> None:
+        for key, at in frame.entries:
+            lease = self._leases.get(key)
+            if lease is not None and at > lease.last_progress():
+                lease.progressed_at = at  # the worker's monotonic clock is ours
+
+    def _abandon(self, frame: Abandon) -> None:
+        lease = self._leases.get(frame.key)
+        if lease is not None:
+            lease.owner.abandon(lease, frame.reason)
+
+    def _stats(self, frame: AskStats) -> None:
+        self._outbox.reply(Done(frame.request, self._manager.stats()))
+
+    def _observe(self, frame: Observe) -> None:
+        self._forwarder.events = bool(frame.on)
+
+    def _close(self, frame: Close) -> None:
+        # Holding the read lock, nothing new starts; then what runs finishes, the
+        # manager closes (its releases told to the worker), and only then the
+        # reply: the worker's close() returns with every lease's end applied.
+        self._wait_idle(EXIT_RELEASE_TIMEOUT)
+        self._manager.close(release=frame.release, timeout=frame.timeout)
+        self._outbox.flush()
+        # The final counts ride on the reply: stats() after close() is asked here.
+        self._outbox.reply(Done(frame.request, self._manager.stats()))
+        self._done.set()
+
+    def _add(self, frame: Add) -> None:
+        message = Message(
+            id=frame.message_id,
+            body="",  # the renewer never needs the body: it stays in the worker
+            receipt=frame.receipt,
+            backend=self._queues[frame.queue],
+            received_at=frame.received_at,
+            visibility_timeout=frame.visibility_timeout,
+            receive_count=frame.receive_count,
+            deadline_hint=frame.deadline_hint,
+            hard_deadline=frame.hard_deadline,
+        )
+        try:
+            lease = (self._manager.watch if frame.watch else self._manager.register)(message)
+        except LeaseError as exc:
+            lost = LostReason.LAPSED.value
+            self._outbox.put(Ended(frame.key, LeaseState.LOST.value, lost, str(exc), True))
+            return
+        self._leases[frame.key] = lease
+        self._keys[id(lease)] = frame.key
+
+    def _forget(self, frame: Forget) -> None:
+        """Stop renewing one lease; answered once no extend of it is in flight (it
+        waits until the lease is free), off the reading thread so others go on."""
+        lease = self._leases.get(frame.key)
+        if lease is not None:
+            lease.forget()
+        self._outbox.reply(Done(frame.request, None))
+
+    def _find(self, keys: Sequence[int]) -> list[Lease | None]:
+        return [self._leases.get(key) for key in keys]
+
+    def _complete(self, frame: Complete) -> None:
+        leases = self._find(frame.keys)
+        results: list[BaseException | None] = []
+        known = [lease for lease in leases if lease is not None]
+        if len(known) == 1 == len(leases):
+            try:
+                known[0].complete()
+                results = [None]
+            except (LeaseError, ValueError) as exc:
+                results = [exc]
+        else:
+            done = iter(self._manager.complete_many(known))
+            results = [next(done) if lease is not None else _unknown() for lease in leases]
+        # Each lease's final extension count rides on the reply: the notices of its
+        # last extends may still be queued behind it (or unread by a worker that was
+        # holding its GIL), and a completed lease's count should be right at once.
+        answers = [
+            (encode_error(result), 0 if lease is None else lease.extensions)
+            for result, lease in zip(results, leases, strict=True)
+        ]
+        self._outbox.reply(Done(frame.request, answers))
+
+    def _release(self, frame: Release) -> None:
+        delay, stop = frame.delay, frame.stop_handler
+        results: list[BaseException | None] = []
+        for lease in self._find(frame.keys):
+            if lease is None:
+                results.append(None)  # ended already here: nothing to release
+                continue
+            try:
+                if stop:
+                    self._manager.revoke(lease, 0.0 if delay is None else delay)
+                else:
+                    lease.release(delay)
+                results.append(None)
+            except (LeaseError, ValueError) as exc:
+                results.append(exc)
+        self._outbox.reply(Done(frame.request, [encode_error(r) for r in results]))
+
+
+def _unknown() -> LeaseError:
+    return LeaseError("the renewer holds no such lease (it ended there)")
+
+
+class DeathWatch:
+    """Turns the worker's death into one WorkerGone in the main thread, however it
+    shows (the parent-death signal, or the watchdog seeing ``getppid()`` change).
+
+    It raises at most once, and never after ``settle()``: the main thread settles it
+    as soon as it knows how it ends (closed, or the worker gone by end of file), so a
+    late notice cannot cut short the release that follows. The flag is a plain
+    attribute, not a lock or an Event: the handler runs in the main thread, between
+    any two of its bytecodes, and must not wait for a lock that thread may hold.
+    """
+
+    def __init__(self, parent: int) -> None:
+        self.parent = parent
+        self.settled = False
+        # While the backend is built, a notice is kept, not raised: an exception in
+        # the middle of an SDK's import would leave it half imported.
+        self.deferring = False
+        self.noticed = False
+
+    def start(self) -> None:
+        signal.signal(PARENT_DEATH_SIGNAL, self.on_notice)
+        if sys.platform.startswith("linux"):
+            with contextlib.suppress(OSError, AttributeError):
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.prctl(_PR_SET_PDEATHSIG, int(PARENT_DEATH_SIGNAL), 0, 0, 0)
+        threading.Thread(
+            target=self._watchdog, name="leasekeeper-renewer-watchdog", daemon=True
+        ).start()
+        if os.getppid() != self.parent:  # it died before we could watch it
+            self.settled = True
+            raise WorkerGone
+
+    def settle(self) -> None:
+        """No WorkerGone from here on."""
+        self.settled = True
+
+    def defer(self) -> None:
+        """Keep a notice from here on instead of raising it (``resume`` tells)."""
+        self.deferring = True
+
+    def resume(self) -> bool:
+        """Raise notices again; True (and settled) when the worker died meanwhile."""
+        self.deferring = False
+        if self.noticed or os.getppid() != self.parent:
+            self.settled = True
+            return True
+        return False
+
+    def on_notice(self, signum: int, frame: object) -> None:
+        # Believed only once the parent really changed (PR_SET_PDEATHSIG fires when
+        # the worker's *thread* that started us exits).
+        if not self.settled and os.getppid() != self.parent:
+            if self.deferring:
+                self.noticed = True
+                return
+            self.settled = True
+            raise WorkerGone
+
+    def _watchdog(self) -> None:
+        while os.getppid() == self.parent:
+            threading.Event().wait(WATCH_INTERVAL)
+        os.kill(os.getpid(), PARENT_DEATH_SIGNAL)
+
+
+def main(argv: Sequence[str]) -> int:
+    for ignored in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(ignored, signal.SIG_IGN)
+    conn = Connection(int(argv[1]))
+    hello: Hello = recv_frame(conn)
+    sys.path[:0] = [entry for entry in hello.path if entry not in sys.path]
+    watch = DeathWatch(hello.parent)
+    renewer: ChildRenewer | None = None
+    outbox: Outbox | None = None
+    try:
+        watch.start()
+        try:
+            spec, config, *more = pickle.loads(hello.payload)
+        except Exception as exc:
+            send_frame(conn, Failed(f"{type(exc).__name__}: {exc}"))
+            return 1
+        # Started: the worker goes on while the backend is built here (its SDK's
+        # import is most of a second). Its frames wait in the socket until we serve;
+        # if it dies meanwhile, they are read and released once we can.
+        send_frame(conn, Started(os.getpid()))
+        watch.defer()
+        try:
+            manager = build_manager(spec, config)
+            # A multi-queue worker's other queues, each rebuilt from its spec.
+            more_queues = [other.build() for other in (more[0] if more else ())]
+        except Exception as exc:
+            # Type and text: a spec's build error says what is missing (an environment
+            # variable, a credential) and, by the specs' design, holds no secret.
+            with contextlib.suppress(OSError):
+                send_frame(conn, Failed(f"{type(exc).__name__}: {exc}"))
+            return 1
+        outbox = Outbox(conn)
+        renewer = ChildRenewer(conn, manager, outbox, more_queues)
+        if watch.resume():
+            renewer.serve(watch, gone=True)
+        else:
+            outbox.put(Serving())  # through the sender thread, the only one that sends
+            renewer.serve(watch)
+    except WorkerGone:
+        # The worker died before serve() could take the notice; the watch is settled,
+        # so this release cannot be interrupted.
+        if renewer is not None:
+            renewer.serve(watch, gone=True)
+    finally:
+        if outbox is not None:
+            outbox.close()
+    return 0
+
+
+def build_manager(spec: Any, config: Any) -> LeaseManager:
+    """The thread-mode manager on the backend ``spec`` builds here. (Credentials it
+    would lack were asked of the worker's own backend, in the same environment,
+    while this process started: ``renewers._link``'s precheck.)"""
+    return LeaseManager(spec.build(), LeaseConfig.from_fields(config, {}), renewer="thread")
+
+
+if __name__ == "__main__":
+    logging.basicConfig(
+        level=os.environ.get("LEASEKEEPER_RENEWER_LOG", "WARNING"),
+        format="%(asctime)s leasekeeper-renewer[%(process)d] %(name)s: %(message)s",
+    )
+    sys.exit(main(sys.argv))

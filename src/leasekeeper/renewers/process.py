@@ -1,0 +1,637 @@
+"""``ProcessRenewer``: leases renewed by a process of their own (``renewer="process"``).
+
+This is the worker's side of it.
+``ProcessRenewer`` holds the handlers' leases and starts a renewer process through
+a ``RenewerLink`` (``renewers._link``), sending it the backend's spec and the config
+(a backend whose credentials the renewer would lack fails the manager's
+construction at once). The manager is constructed once the renewer runs; it builds
+its backend meanwhile, and ``start()`` - which the workers and
+``LeaseManager.receive`` call before they receive - waits until it renews (or
+raises ConfigError with the reason it cannot). From then on:
+
+- ``register`` keeps the lease here (the handler's ``Lease``) and sends it there;
+  it waits for no reply.
+- ``complete``/``release`` ask the renewer, which does the call with the newest
+  receipt, one operation at a time per lease (rule 4), and wait for its answer.
+- The renewer's notices - new receipts and deadlines, leases lost or abandoned -
+  are read by a reader thread and applied to the leases here; ``on_lost`` runs on
+  a separate notifier thread, never on the reader (a callback may call
+  ``complete()``, which waits for the reader). A notice that arrives while this
+  process is stuck in C code waits in the socket and is applied when it runs again.
+- When the renewer dies, every lease it held is reported lost, pending requests
+  fail with ``LeaseLost``, and a new renewer is started for new leases.
+
+The worker's own death is the renewer's to notice (see ``renewers._main``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import math
+import os
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from leasekeeper.backends.contract import Backend, Message
+from leasekeeper.clock import SYSTEM_CLOCK, Clock, SystemClock
+from leasekeeper.config import LeaseConfig
+from leasekeeper.engine import (
+    COMPLETED,
+    FORGOTTEN,
+    SUPERSEDED,
+    Calls,
+    admit,
+    closed_error,
+    completable,
+    ended_lease,
+    mark_ended,
+    no_deadline,
+    not_a_message,
+    one_by_one,
+    releasable,
+    released,
+    signals,
+    singles,
+    tell_lost,
+)
+from leasekeeper.engine.stats import Stats
+from leasekeeper.errors import ConfigError, LeaseError, LeaseLost, ManagerClosed
+from leasekeeper.failures import Failures
+from leasekeeper.lease import Lease, OnLost, WatchLease
+from leasekeeper.observers import CallEvent, Observer
+from leasekeeper.reasons import Ending, LostReason
+from leasekeeper.record import LeaseState
+from leasekeeper.renewers._frames import (
+    Abandon,
+    Add,
+    AskStats,
+    Close,
+    Complete,
+    Ended,
+    Event,
+    Extended,
+    Forget,
+    Observe,
+    Progress,
+    Release,
+    Rolling,
+    decode_error,
+    progress_interval,
+)
+from leasekeeper.renewers._link import DIED, LinkMaker, RenewerLink
+from leasekeeper.renewers._queues import RenewedQueues
+from leasekeeper.renewers._stats import StatsBook
+
+log = logging.getLogger("leasekeeper.renewer")
+
+_live: weakref.WeakSet[ProcessRenewer] = weakref.WeakSet()
+
+
+class RemoteLease(Lease):
+    """A lease whose renewals happen in the renewer process; ``key`` names it there.
+    ``progress_told``: when its handler's progress was last sent there."""
+
+    __slots__ = ("key", "progress_told")
+    key: int
+    progress_told: float
+
+
+class RemoteWatchLease(RemoteLease, WatchLease):
+    """A watch lease (``LeaseManager.watch``) renewed in the renewer process."""
+
+    __slots__ = ()
+
+
+class ProcessRenewer:
+    """Leases renewed by a child process of this one (see the module docstring).
+
+    ``ProcessRenewer(backend, config=None, *, clock=None, queues=(), **config_fields)``:
+    the renewer process builds its own backend from ``backend.spec()`` (and ``queues``'
+    too: ``RenewedQueues``) and runs a ``ThreadRenewer`` there. Its credentials come
+    from the environment it inherits, or are the ones the worker's client was given
+    in code, sent over its socket (``leasekeeper.backends.spec.renewal_spec``).
+    """
+
+    name = "process"
+
+    def __init__(
+        self,
+        backend: Backend,
+        config: LeaseConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        queues: Sequence[Backend] = (),
+        **config_fields: Any,
+    ) -> None:
+        config = LeaseConfig.from_fields(config, config_fields)
+        clock = SYSTEM_CLOCK if clock is None else clock
+        if not isinstance(clock, SystemClock):
+            raise ConfigError("renewer='process' runs on the system clock; got another clock")
+        self._queues = RenewedQueues(backend, queues)  # every queue it renews
+        payload = self._queues.payload(config)  # ConfigError for a backend with no spec
+        self.backend = backend
+        self._config = config
+        self._clock = clock
+        # Guards _leases, _by_message, _closed, _link, _maker and _book.
+        self._registry_lock = threading.Lock()
+        self._leases: dict[int, RemoteLease] = {}
+        self._by_message: dict[tuple[int, str], RemoteLease] = {}
+        self._keys = itertools.count(1)
+        self._closed = False
+        self._book = StatsBook()
+        # The observers, told as the thread renewer tells them (one that raises counted).
+        self._calls = Calls(on_error=self._book.count_callback_error)
+        # The handlers' progress, to the renewer (only with stall_timeout).
+        self._progress = ProgressRelay.of(config, self._send_quietly)
+        self._notifier = Notifier(self._book.count_callback_error)
+        #: What a handler's failure does (``leasekeeper.failures``); the manager binds its own.
+        self.failures = Failures(config, None)
+        # A subclass's own complete/release sees every lease of the batch forms.
+        self._completes_one_by_one, self._releases_one_by_one = singles(self, ProcessRenewer)
+        # What the renewer's notices do (on the link's reader thread).
+        self._notices: dict[type, Callable[[Any], None]] = {
+            Extended: self._extended,
+            Ended: self._ended,
+            Rolling: self._rolling,
+            Event: self._forward_event,
+        }
+        self._maker = LinkMaker(self._queues.all, payload)
+        self._link: RenewerLink | None = self._maker.start(self._apply, self._link_gone)
+        _live.add(self)
+
+    # ------------------------------------------------------------------ the child
+
+    def _apply(self, frame: tuple[Any, ...]) -> None:
+        """A notice from the renewer (on the link's reader thread)."""
+        handler = self._notices.get(type(frame))
+        if handler is not None:
+            handler(frame)
+
+    def _extended(self, frame: Extended) -> None:
+        lease = self._leases.get(frame.key)
+        if lease is not None:
+            lease.receipt, lease.visible_until = frame.receipt, frame.visible_until
+            lease.extensions = frame.extensions
+
+    def _ended(self, frame: Ended) -> None:
+        lease = self._leases.get(frame.key)
+        if lease is not None:
+            lost = None if frame.lost_reason is None else LostReason(frame.lost_reason)
+            ending = Ending(lost, frame.detail)
+            self._end(lease, LeaseState(frame.state), ending, signal=frame.stop_handler)
+
+    def _rolling(self, frame: Rolling) -> None:
+        lease = self._leases.get(frame.key)
+        if lease is not None:
+            lease.signal_rolling()
+
+    def _link_gone(self, link: RenewerLink) -> None:
+        """The renewer died: its leases are lost; a new one takes the new leases."""
+        with self._registry_lock:
+            held = list(self._leases.values())
+            if self._link is link:
+                self._link = None
+            self._maker.ended(link)
+            self._book.renewer_died(len(held))
+        for lease in held:
+            self._end(lease, LeaseState.LOST, RENEWER_DIED, signal=True)
+        with self._registry_lock:
+            if self._closed or self._link is not None or self._maker.unbuildable:
+                return
+            try:
+                self._link = self._maker.start(self._apply, self._link_gone)
+            except ConfigError as exc:
+                log.error("%s; the next register tries again", exc)
+
+    def _send(self, frame: tuple[Any, ...]) -> None:
+        link = self._link
+        if link is None:
+            raise LeaseLost("-", DIED)
+        link.send(frame)
+
+    def _ask(self, make: Callable[[int], tuple[Any, ...]]) -> Any:
+        link = self._link
+        return DIED if link is None else link.ask(make)
+
+    # ------------------------------------------------------------------ leases
+
+    @property
+    def config(self) -> LeaseConfig:
+        return self._config
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def bind(self, on_lost: OnLost | None, failures: Failures | None = None) -> None:
+        self._notifier.on_lost = on_lost
+        if failures is not None:
+            self.failures = failures
+
+    def start(self) -> None:
+        """Return once the renewer process renews; ConfigError when it cannot."""
+        with self._registry_lock:
+            if self._closed:
+                raise ManagerClosed("this LeaseManager is closed")
+            if self._link is None:
+                self._link = self._maker.start(self._apply, self._link_gone)  # the last died
+            link = self._link
+        link.wait_serving()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def pid(self) -> int:
+        link = self._link
+        return 0 if link is None else link.pid
+
+    @property
+    def running(self) -> bool:
+        link = self._link  # renewing: its process runs and has built its backend
+        return not self._closed and link is not None and link.serving and link.alive
+
+    def register(self, message: Message) -> Lease:
+        return self._add(message, watch=False)
+
+    def watch(self, message: Message) -> WatchLease:
+        lease = self._add(message, watch=True)
+        assert isinstance(lease, RemoteWatchLease)
+        return lease
+
+    def _add(self, message: Message, *, watch: bool) -> Lease:
+        if not isinstance(message, Message):
+            raise not_a_message(message)
+        if message.ended_lease is not None and not self._closed:
+            ended = ended_lease(message, self)
+            if isinstance(ended, RemoteLease):
+                return ended  # its lease ended: the same lease, not a second one
+        index = self._queues.require(message.backend)
+        if not math.isfinite(message.visible_until):
+            raise no_deadline(message)
+        link = self._link
+        if link is not None and link.failure is not None:
+            # It could not build its backend: refused here (ConfigError with the
+            # reason), not held to be reported lost when it goes.
+            link.wait_serving()
+        now = self._clock.now()
+        with self._registry_lock:
+            if self._closed:
+                raise closed_error()
+            superseded = self._by_message.get((index, message.id))
+            same = admit(superseded, message, now, self._config.minimal_life)
+            if same is not None:
+                return same
+            if self._link is None:
+                self._link = self._maker.start(self._apply, self._link_gone)  # the last died
+            lease = (RemoteWatchLease if watch else RemoteLease)(self, message, now)
+            lease.key = key = next(self._keys)
+            lease.progress_told = now
+            self._leases[key] = lease
+            self._by_message[index, message.id] = lease
+        if superseded is not None:
+            self._end(superseded, LeaseState.LOST, SUPERSEDED)
+        self._send(
+            Add(
+                key,
+                message.id,
+                message.receipt,
+                message.received_at,
+                message.visibility_timeout,
+                message.deadline_hint,
+                message.hard_deadline,
+                message.receive_count,
+                watch,
+                index,
+            )
+        )
+        return lease
+
+    def complete(self, lease: Lease) -> None:
+        _raise_any(self._complete_all([lease]))
+
+    def release(self, lease: Lease, delay: float | None = None) -> None:
+        _raise_any(self._release([lease], delay, stop=False))
+
+    def revoke(self, lease: Lease, delay: float = 0.0) -> None:
+        _raise_any(self._release([lease], delay, stop=True))
+
+    def abandon(self, lease: Lease, reason: str) -> None:
+        remote = _as_remote(lease)
+        self._end(
+            remote, LeaseState.ABANDONED, Ending(LostReason.DELETE_FAILED, reason), signal=True
+        )
+        with contextlib.suppress(LeaseLost, OSError):  # gone: nothing renews it anyway
+            self._send(Abandon(remote.key, reason))
+
+    def fail(self, lease: Lease, error: BaseException | None, delay: float | None = None) -> None:
+        """The handler failed: ``Failures`` releases the message or dead-letters it
+        (the copy is sent from this process, which holds the body)."""
+        self.failures.fail(lease, error, delay)
+
+    def progress(self, lease: Lease) -> None:
+        now = self._clock.now()
+        lease.progressed_at = now
+        relay = self._progress
+        if relay is not None and isinstance(lease, RemoteLease):
+            relay.progress(lease, now)
+
+    def rolled_over(self, lease: Lease) -> None:
+        with self._registry_lock:
+            self._book.rolled_over += 1
+
+    def forget(self, lease: Lease) -> None:
+        remote = _as_remote(lease)
+        if remote.state is not LeaseState.ACTIVE:
+            return
+        # The renewer answers once no extend of it is in flight there.
+        self._ask(lambda r: Forget(r, remote.key))
+        self._end(remote, LeaseState.FORGOTTEN, FORGOTTEN)
+
+    def complete_many(self, leases: Sequence[Lease]) -> list[BaseException | None]:
+        if self._completes_one_by_one:
+            return one_by_one(self.complete, leases)
+        return self._complete_all(leases)
+
+    def _complete_all(self, leases: Sequence[Lease]) -> list[BaseException | None]:
+        remotes = [_as_remote(lease) for lease in leases]
+        results: list[BaseException | None] = [None] * len(remotes)
+        asked: list[int] = []
+        for i, lease in enumerate(remotes):
+            try:
+                if completable(lease, self._clock.now()):
+                    asked.append(i)
+            except LeaseError as exc:
+                results[i] = exc
+        if not asked:
+            return results
+        payload = self._ask(lambda r: Complete(r, [remotes[i].key for i in asked]))
+        answers = _per_lease(payload, len(asked), dead=(_DIED_ERROR, None))
+        for i, (encoded, extensions) in zip(asked, answers, strict=True):
+            lease = remotes[i]
+            error = decode_error(encoded)
+            if extensions is not None and extensions > lease.extensions:
+                lease.extensions = extensions
+            if error is None:
+                self._end(lease, LeaseState.COMPLETED, COMPLETED)
+            elif isinstance(error, LeaseLost):
+                self._end(lease, LeaseState.LOST, _ending_of(error), signal=True)
+            results[i] = error
+        return results
+
+    def release_many(
+        self, leases: Sequence[Lease], delay: float | None = None
+    ) -> list[BaseException | None]:
+        if self._releases_one_by_one:
+            return one_by_one(lambda lease: self.release(lease, delay), leases)
+        return self._release(leases, delay, stop=False)
+
+    def _release(
+        self, leases: Sequence[Lease], delay: float | None, *, stop: bool
+    ) -> list[BaseException | None]:
+        remotes = [_as_remote(lease) for lease in leases]
+        results: list[BaseException | None] = [None] * len(remotes)
+        asked: list[int] = []
+        for i, lease in enumerate(remotes):
+            try:
+                if releasable(lease):
+                    asked.append(i)
+            except LeaseError as exc:
+                results[i] = exc
+        if not asked:
+            return results
+        payload = self._ask(lambda r: Release(r, [remotes[i].key for i in asked], delay, stop))
+        for i, encoded in zip(asked, _per_lease(payload, len(asked)), strict=True):
+            lease = remotes[i]
+            error = decode_error(encoded)
+            if error is None:
+                self._end(lease, LeaseState.RELEASED, released(delay, stop), signal=stop)
+            elif isinstance(error, LeaseLost):
+                self._end(lease, LeaseState.LOST, _ending_of(error), signal=True)
+            results[i] = error
+        return results
+
+    def _end(
+        self, lease: RemoteLease, state: LeaseState, ending: Ending, *, signal: bool = False
+    ) -> None:
+        """Apply an ending here (once): state, registry, the handler's signal, on_lost."""
+        with self._registry_lock:
+            if not mark_ended(lease, state, ending):
+                return
+            if self._leases.get(lease.key) is lease:
+                del self._leases[lease.key]
+            known = (self._queues.index(lease.message.backend) or 0, lease.id)
+            if self._by_message.get(known) is lease:
+                del self._by_message[known]
+        if signals(state, signal):
+            lease.signal()
+            if state is LeaseState.LOST or state is LeaseState.ABANDONED:
+                self._notifier.put(lease)
+        if self._calls.observers:
+            self._calls.tell("on_ended", lease, state, ending.detail)
+
+    # ------------------------------------------------------------------ the rest
+
+    def get(self, message: Message) -> RemoteLease | None:
+        with self._registry_lock:
+            index = self._queues.index(message.backend)
+            return None if index is None else self._by_message.get((index, message.id))
+
+    def leases(self) -> list[Lease]:
+        with self._registry_lock:
+            return list(self._leases.values())
+
+    def count(self) -> int:
+        with self._registry_lock:
+            return len(self._leases)
+
+    def stats(self) -> Stats:
+        payload = self._ask(AskStats) if not self._closed else None
+        with self._registry_lock:
+            return self._book.total(payload, in_flight=len(self._leases))
+
+    def add_observer(self, observer: Observer) -> None:
+        self._calls.observers = (*self._calls.observers, observer)
+        self._send_quietly(Observe(True))
+
+    def remove_observer(self, observer: Observer) -> None:
+        self._calls.observers = tuple(o for o in self._calls.observers if o is not observer)
+        if not self._calls.observers:
+            self._send_quietly(Observe(False))
+
+    def _send_quietly(self, frame: tuple[Any, ...]) -> None:
+        with contextlib.suppress(LeaseLost, OSError):
+            self._send(frame)
+
+    def _forward_event(self, frame: Event) -> None:
+        callback, args = frame
+        if callback == "on_call":
+            operation, entries, seconds, outcomes, error, *queue = args
+            backend = self._queues.all[queue[0] if queue else 0]
+            event = CallEvent(operation, backend, entries, seconds, outcomes, error)
+            self._calls.tell("on_call", event)
+            return
+        key, value = args
+        lease = self._leases.get(key)
+        if lease is not None:
+            self._calls.tell(callback, lease, value)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child of the worker: the leases and the renewer are the
+        parent's; let go of them."""
+        self._closed = True
+        link, self._link = self._link, None
+        if link is not None:
+            link.drop()
+
+    def close(self, release: bool = True, timeout: float | None = None) -> None:
+        with self._registry_lock:
+            if self._closed:
+                return
+            self._closed = True
+            link = self._link
+        if link is not None:
+            link.closing = True
+            final = self._ask(lambda r: Close(r, release, timeout))
+            if isinstance(final, Stats):
+                with self._registry_lock:
+                    self._book.last = final  # what it counted, to its close
+            link.close(None if timeout is None else timeout + 5.0)
+        if self._progress is not None:
+            self._progress.close()
+        self._notifier.close()
+        _live.discard(self)
+
+
+class ProgressRelay:
+    """The handlers' progress (``stall_timeout``) to the renewer process, coalesced: a
+    lease's first progress in each ``interval`` goes at once, and the latest of the
+    ones after it at the end of that interval, with every other lease's in one frame.
+    So a handler calling ``progress()`` in a tight loop sends a frame an interval,
+    and the renewer's view of a lease's last progress is never more than an interval
+    behind - it calls a lease stalled only when it was."""
+
+    def __init__(self, send: Callable[[tuple[Any, ...]], None], interval: float) -> None:
+        self._send = send
+        self.interval = interval
+        self._lock = threading.Condition()  # guards _pending, _closed and _thread
+        self._pending: dict[int, tuple[RemoteLease, float]] = {}
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def of(
+        cls, config: LeaseConfig, send: Callable[[tuple[Any, ...]], None]
+    ) -> ProgressRelay | None:
+        """The relay ``config`` needs: one with ``stall_timeout``, else none."""
+        stall = config.stall_timeout
+        return None if stall is None else cls(send, progress_interval(stall))
+
+    def progress(self, lease: RemoteLease, now: float) -> None:
+        if now - lease.progress_told >= self.interval:
+            lease.progress_told = now
+            self._send(Progress([(lease.key, now)]))
+            return
+        with self._lock:
+            self._pending[lease.key] = (lease, now)
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(
+                    target=self._run, name="leasekeeper-progress", daemon=True
+                )
+                self._thread.start()
+            self._lock.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending and not self._closed:
+                    self._lock.wait()
+                if self._closed:
+                    return
+            time.sleep(self.interval)  # what else comes in this interval goes along
+            with self._lock:
+                pending, self._pending = self._pending, {}
+            for lease, at in pending.values():
+                lease.progress_told = at
+            self._send(Progress([(lease.key, at) for lease, at in pending.values()]))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify()
+
+
+class Notifier:
+    """The notifier thread: ``on_lost`` and its log line (``_transitions.tell_lost``),
+    off the link's reader thread (a callback may call ``complete()``, which waits for
+    the reader)."""
+
+    def __init__(self, count_error: Callable[[], None]) -> None:
+        self.on_lost: OnLost | None = None
+        self._count_error = count_error
+        self._notices: queue.SimpleQueue[RemoteLease | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=self._run, name="leasekeeper-renewer-notify", daemon=True
+        )
+        self._thread.start()
+
+    def put(self, lease: RemoteLease) -> None:
+        self._notices.put(lease)
+
+    def close(self) -> None:
+        self._notices.put(None)
+        if self._thread is not threading.current_thread():
+            self._thread.join(5.0)
+
+    def _run(self) -> None:
+        while True:
+            lease = self._notices.get()
+            if lease is None:
+                return
+            tell_lost(lease, self.on_lost, self._count_error)
+
+
+def _raise_any(results: list[BaseException | None]) -> None:
+    """A single operation's outcome: raise the one result's error, if any."""
+    (error,) = results
+    if error is not None:
+        raise error
+
+
+def _as_remote(lease: Lease) -> RemoteLease:
+    if not isinstance(lease, RemoteLease):
+        raise TypeError(f"not a lease of this manager: {lease!r}")
+    return lease
+
+
+def _ending_of(error: LeaseLost) -> Ending:
+    return Ending(error.lost_reason or LostReason.LAPSED, error.reason)
+
+
+RENEWER_DIED = Ending(LostReason.RENEWER_DIED, DIED)
+
+
+_DIED_ERROR = ("LeaseLost", ("-", DIED, LostReason.RENEWER_DIED))  # as _frames encodes errors
+
+
+def _per_lease(payload: Any, count: int, dead: Any = _DIED_ERROR) -> list[Any]:
+    """A reply's per-lease answers; ``dead`` for each when the renewer died first."""
+    if payload == DIED or not isinstance(payload, list) or len(payload) != count:
+        return [dead] * count
+    return payload
+
+
+def _forget_after_fork() -> None:
+    for renewer in list(_live):
+        renewer.forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
