@@ -1,9 +1,15 @@
-"""The shape of the code: no import cycles (lazy imports included), no huge classes,
-no module importing another's underscored names, a design doc that stands alone."""
+"""The shape of the code: no import cycles (type-only and lazy imports included), a
+package's private modules reached only through the package, a small top level, no huge
+classes or modules, no module importing another's underscored names, public types in
+public modules, docstrings that name what exists, a design doc that stands alone and
+maps the tree."""
 
 from __future__ import annotations
 
 import ast
+import builtins
+import importlib
+import keyword
 import re
 import subprocess
 import sys
@@ -12,6 +18,8 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src" / "leasekeeper"
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 MAX_CLASS_LINES = 400
+MAX_MODULE_LINES = 700
+MAX_TOP_LEVEL_MODULES = 20
 
 
 def modules() -> dict[str, Path]:
@@ -24,27 +32,19 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
-    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (never run)."""
-    out: list[ast.AST] = []
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        out.append(node)
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and ast.unparse(child.test) == "TYPE_CHECKING":
-                todo.extend(child.orelse)
-                continue
-            todo.append(child)
-    return out
+def package_of(name: str, path: Path) -> str:
+    """The package a module belongs to: its own name for a package's ``__init__``."""
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
 
 
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """Every leasekeeper module ``name`` imports when it runs: at top level or inside
-    a function (a lazy import is still an import)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out: set[str] = set()
-    for node in runtime_nodes(ast.parse(path.read_text())):
+def imported_modules(name: str, path: Path, known: set[str]) -> list[tuple[int, str]]:
+    """Every leasekeeper module ``name`` imports, with the line: at top level, inside a
+    function (a lazy import is still an import) or under ``if TYPE_CHECKING:`` (a
+    type-only import still ties the two modules together: a reader, mypy and a
+    refactoring see the circle)."""
+    package = package_of(name, path)
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
@@ -60,17 +60,29 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
             module = target
             while module and module not in known:
                 module = module.rpartition(".")[0]
-            if module and module != name and not module.startswith(name + "."):
-                out.add(module)
+            if module:
+                out.append((node.lineno, module))
     return out
 
 
-def test_no_import_cycles_lazy_imports_included() -> None:
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules whose code runs because ``name`` imports: each imported module and
+    the packages above it (importing ``a.b.c`` runs ``a/b/__init__.py`` first), but
+    not ``name`` itself or its own packages (those are already being imported)."""
+    out: set[str] = set()
+    for _, imported in imported_modules(name, path, known):
+        module = imported
+        while module:
+            if module == name or name.startswith(module + "."):
+                break
+            out.add(module)
+            module = module.rpartition(".")[0]
+    return out
+
+
+def test_no_import_cycles_type_only_and_lazy_imports_included() -> None:
     found = modules()
     graph = {name: imports_of(name, path, set(found)) for name, path in found.items()}
-    # A package's __init__ importing its submodules is not a cycle of theirs.
-    for name, targets in graph.items():
-        graph[name] = {t for t in targets if not name.startswith(t + ".")}
     cycles: list[list[str]] = []
     state: dict[str, int] = {}
 
@@ -242,3 +254,182 @@ def test_each_backend_module_keeps_only_its_service() -> None:
         name: len((SRC / "backends" / f"{name}.py").read_text().splitlines()) for name in limits
     }
     assert {name: n for name, n in sizes.items() if n > limits[name]} == {}
+
+
+def private_package(module: str) -> str | None:
+    """The package a private module belongs to (``leasekeeper.engine`` for
+    ``leasekeeper.engine._engine``); None for a public module."""
+    parts = module.split(".")
+    for i, part in enumerate(parts[1:], 1):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+def test_a_packages_private_modules_are_reached_only_through_the_package() -> None:
+    """A module named ``_x`` is its package's own: its siblings import it; any other
+    module imports what the package offers from the package itself (its ``__init__``
+    names the seam) or from a public module of it. So a newcomer can read a package
+    from its ``__init__`` and know that nothing else leans on its insides."""
+    found = modules()
+    offenders = []
+    for name, path in found.items():
+        for line, module in imported_modules(name, path, set(found)):
+            owner = private_package(module)
+            if owner is not None and owner != package_of(name, path):
+                offenders.append(f"{name}:{line}: imports {module} (private to {owner})")
+    assert offenders == []
+
+
+def test_at_most_20_modules_at_the_top_level() -> None:
+    """The top level holds the public API and the modules users import by path; the
+    engine, the renewers, the receiving loop, the command and the integrations are
+    packages of their own (docs/design.md, "Module map")."""
+    top = sorted(path.name for path in SRC.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
+def test_no_module_is_longer_than_700_lines() -> None:
+    """A module past 700 lines holds more than one concept (the testing tools' local
+    MNS server, a test double of a whole service, is left out)."""
+    long = {
+        name: n
+        for name, path in modules().items()
+        if not name.startswith("leasekeeper.testing")
+        and (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
+def test_public_types_are_defined_in_public_modules() -> None:
+    """Every class the public API names (``leasekeeper.__all__``, and the public
+    packages' own) is defined in a module a user may import by its path: ``Stats``
+    in ``leasekeeper.engine.stats``, not in a private ``_metrics``."""
+    misplaced = []
+    for package in (
+        "leasekeeper",
+        "leasekeeper.aio",
+        "leasekeeper.testing",
+        "leasekeeper.timeline",
+        "leasekeeper.backends.base",
+    ):
+        module = importlib.import_module(package)
+        for export in getattr(module, "__all__", ()):
+            value = getattr(module, export)
+            defined_in = getattr(value, "__module__", "")
+            if isinstance(value, type) and private_package(defined_in) is not None:
+                misplaced.append(f"{package}.{export}: defined in {value.__module__}")
+    assert misplaced == []
+
+
+# Names of other libraries' functions, settings and fields that docstrings cite, and
+# whose they are: a name cited in double backticks must be defined in leasekeeper,
+# Python or here.
+_FOREIGN_NAMES = {
+    "expires_on": "azure-storage-queue: a message's expiry",
+    "next_visible_on": "azure-storage-queue: when a message shows again",
+    "decode_responses": "redis-py: a client option",
+    "task_acks_on_failure_or_timeout": "celery: a setting",
+    "task_reject_on_worker_lost": "celery: a setting",
+    "wait_time_seconds": "kombu: an SQS transport option",
+    "after_consumer_thread_boot": "dramatiq: a middleware hook",
+    "requeue_messages": "dramatiq: Worker.requeue_messages",
+    "update_message": "azure-storage-queue: QueueClient.update_message",
+    "ceil": "math.ceil",
+    "getppid": "os.getppid",
+    "parse_qs": "urllib.parse.parse_qs",
+    "unquote_plus": "urllib.parse.unquote_plus",
+    "prometheus_client": "the Prometheus client library",
+}
+_ENTRY_POINT = re.compile(r"\b(leasekeeper(?:\.\w+)*):(\w+)")
+_CITED = re.compile(r"``((?:[A-Za-z_]\w*\.)*)([a-z_][a-z0-9_]*)(\([^`]*\))?``")
+
+
+DOCUMENTED = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def defined_names() -> set[str]:
+    """Every name leasekeeper defines: functions, classes, variables, attributes,
+    parameters and keywords, modules, and the identifiers its strings hold."""
+    names = {path.stem for path in SRC.rglob("*.py")} | {
+        p.name for p in SRC.rglob("*") if p.is_dir()
+    }
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, DOCUMENTED)
+            and ast.get_docstring(node) is not None
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and id(node) in docstrings:
+                continue  # what a docstring says is not what the code defines
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.arg) or (isinstance(node, ast.keyword) and node.arg):
+                names.add(node.arg)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    names.update((alias.asname or alias.name).split("."))
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.update(re.findall(r"[a-z_][a-z0-9_]*", node.value))
+    return names
+
+
+def stdlib_has(dotted: str, name: str) -> bool:
+    head = dotted.rstrip(".").split(".")[0]
+    if hasattr(builtins, head):
+        return True  # type.__call__
+    if not head or head not in sys.stdlib_module_names:
+        return False
+    return hasattr(importlib.import_module(head), name) or "." in dotted.rstrip(".")
+
+
+def test_docstrings_name_only_what_exists() -> None:
+    """A name a docstring cites in double backticks (``from_url``, ``spec_of()``,
+    ``lease.check()``) is something leasekeeper (or Python, or a library listed in
+    ``_FOREIGN_NAMES``) defines: a reader who looks for it finds it."""
+    known = defined_names() | set(_FOREIGN_NAMES)
+    missing = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(
+                node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+            ):
+                continue
+            doc = ast.get_docstring(node) or ""
+            for match in _CITED.finditer(doc):
+                prefix, cited = match.group(1), match.group(2)
+                if cited in known or keyword.iskeyword(cited) or hasattr(builtins, cited):
+                    continue
+                if stdlib_has(prefix, cited) or cited in ("py", "toml", "md"):
+                    continue
+                missing.append(f"{name}:{getattr(node, 'lineno', 1)}: ``{match.group(0)[2:-2]}``")
+            # An entry point written out ("leasekeeper.backends.schemes:sqs") names a
+            # module and a function of it that exist.
+            for module, function in _ENTRY_POINT.findall(doc):
+                target = modules().get(module)
+                if target is None or not re.search(
+                    rf"^(def|class) {function}\b|^{function} =", target.read_text(), re.MULTILINE
+                ):
+                    missing.append(f"{name}:{getattr(node, 'lineno', 1)}: {module}:{function}")
+    assert missing == []
+
+
+def test_design_doc_maps_every_package_and_top_level_module() -> None:
+    """docs/design.md's module map has one row per top-level module and package, and
+    no row for anything that is not in the tree."""
+    text = (DOCS / "design.md").read_text()
+    section = re.split(r"\n##+ ", text.split("## Module map", 1)[1], maxsplit=1)[0]
+    rows = set(re.findall(r"^\| `([\w./]+)` \|", section, re.MULTILINE))
+    tree = {p.name for p in SRC.glob("*.py")} | {
+        f"{p.name}/" for p in SRC.iterdir() if (p / "__init__.py").is_file()
+    }
+    assert sorted(rows - tree) == [], "rows for what is not in the tree"
+    assert sorted(tree - rows) == [], "in the tree, not in the map"

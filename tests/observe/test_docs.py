@@ -19,8 +19,19 @@ SRC = ROOT / "src" / "leasekeeper"
 # Commands and helpers, not API: cli, demo and command.worker are `leasekeeper ...`
 # (the guide documents the commands); decorator is the
 # builder behind @leased and @manager.leased, documented there; leasekeeper.backends
-# holds nothing but its modules, each with a page.
+# holds nothing but its modules, each with a page; the engine, the renewers, the
+# receiving loop, the command and the integrations are packages whose __init__ only
+# names the seam between their modules (their public modules have pages); Stats and
+# WorkerStats (engine.stats, receiving.stats) are shown on the manager's and the
+# worker's pages.
 NOT_API = {
+    "leasekeeper.engine.stats",
+    "leasekeeper.receiving.stats",
+    "leasekeeper.engine",
+    "leasekeeper.renewers",
+    "leasekeeper.receiving",
+    "leasekeeper.command",
+    "leasekeeper.integrations",
     "leasekeeper.command.cli",
     "leasekeeper.command.demo",
     "leasekeeper.command.worker",
