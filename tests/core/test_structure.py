@@ -340,6 +340,11 @@ _FOREIGN_NAMES = {
     "parse_qs": "urllib.parse.parse_qs",
     "unquote_plus": "urllib.parse.unquote_plus",
     "prometheus_client": "the Prometheus client library",
+    "traceparent": "W3C Trace Context: the header that carries a span's context",
+    "tracestate": "W3C Trace Context: the vendors' header beside it",
+    "baggage": "W3C Baggage: the header of name=value pairs",
+    "extract": "opentelemetry.propagate.extract",
+    "services": "botocore: a [services ...] section of the shared config file",
 }
 _ENTRY_POINT = re.compile(r"\b(leasekeeper(?:\.\w+)*):(\w+)")
 _CITED = re.compile(r"``((?:[A-Za-z_]\w*\.)*)([a-z_][a-z0-9_]*)(\([^`]*\))?``")

@@ -37,6 +37,11 @@ NOT_API = {
     "leasekeeper.command.worker",
     "leasekeeper.decorator",
     "leasekeeper.backends",
+    # The backends' own plumbing, public to one another, not to users: the URL
+    # parser and entry points, the client read for another process, SQS's lean path.
+    "leasekeeper.backends.urls",
+    "leasekeeper.backends.rebuild",
+    "leasekeeper.backends.sqs_http",
 }
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)[^)]*\)")
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import inspect
 import logging
 import os
 import re
@@ -36,6 +35,13 @@ from leasekeeper.command._options import (
     weights,
 )
 from leasekeeper.command._status import PROG, StatusLine, queues_text
+from leasekeeper.command._usage import (
+    UsageError,
+    check_handler,
+    is_async,
+    load_handler,
+    one_line,
+)
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError, LeaseError, ReceiveError
 
@@ -111,10 +117,6 @@ example:
       --concurrency 8 --visibility-timeout 60 --stall-timeout 600
 
   leasekeeper config --visibility-timeout 60 ...  checks a LeaseConfig alone."""
-
-
-class UsageError(Exception):
-    """What the user gave cannot work: one line on stderr, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -327,50 +329,6 @@ def parser() -> argparse.ArgumentParser:
 # ------------------------------------------------------------------ the parts
 
 
-def load_handler(path: str) -> Callable[..., object]:
-    """The callable named by ``MODULE:HANDLER`` (the current directory importable)."""
-    module_name, colon, attribute = path.partition(":")
-    if not colon or not module_name or not attribute:
-        raise UsageError(f"the handler must be MODULE:HANDLER (e.g. jobs:handle), got {path!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
-            raise UsageError(f"no module named {exc.name!r} (for handler {path!r})") from exc
-        raise UsageError(f"importing {module_name!r} failed: {_one_line(exc)}") from exc
-    except Exception as exc:
-        raise UsageError(f"importing {module_name!r} failed: {_one_line(exc)}") from exc
-    handler: Any = module
-    for part in attribute.split("."):
-        try:
-            handler = getattr(handler, part)
-        except AttributeError:
-            raise UsageError(
-                f"module {module_name!r} has no {attribute!r} (for handler {path!r})"
-            ) from None
-    if not callable(handler):
-        raise UsageError(f"{path!r} is a {type(handler).__name__}, not a callable")
-    return handler  # type: ignore[no-any-return]
-
-
-def check_handler(handler: Callable[..., object], path: str) -> None:
-    """Refuse a handler that cannot be called with one message, before anything is
-    received (rather than failing every message)."""
-    try:
-        signature = inspect.signature(handler)
-    except (TypeError, ValueError):  # no signature to read (some builtins): let it run
-        return
-    try:
-        signature.bind(object())
-    except TypeError as exc:
-        raise UsageError(
-            f"the handler {path!r} cannot be called with one message: it takes {signature} "
-            f"({exc}); give it one parameter for the message: def handle(message)"
-        ) from None
-
-
 _AWS_HOST = re.compile(r"^(?:https?://)?sqs[.-]([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?(?:/|$)")
 
 SQS_CREDENTIALS = (
@@ -460,9 +418,9 @@ def build_backend(args: argparse.Namespace) -> Backend:
             )
         backend: Backend = spec.build()
     except (ImportError, UsageError) as exc:  # ImportError: names the extra to install
-        raise UsageError(_one_line(exc)) from exc
+        raise UsageError(one_line(exc)) from exc
     except Exception as exc:
-        raise UsageError(f"cannot set up the queue: {_one_line(exc)}") from exc
+        raise UsageError(f"cannot set up the queue: {one_line(exc)}") from exc
     return backend
 
 
@@ -503,7 +461,7 @@ def check_queue(args: argparse.Namespace, backend: Backend) -> None:
             "queue": getattr(backend, "url", None) or repr(backend),
         }[kind]
         raise UsageError(
-            f"the queue {where} cannot be used: {_one_line(exc)} ({QUEUE_HINTS[kind]})"
+            f"the queue {where} cannot be used: {one_line(exc)} ({QUEUE_HINTS[kind]})"
         ) from exc
 
 
@@ -536,12 +494,6 @@ def _require_env(flag: str, names: list[str], *, or_else: str = "") -> None:
         )
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    plain = isinstance(exc, (LeaseError, ImportError, UsageError))
-    return text if plain else f"{type(exc).__name__}: {text}"
-
-
 def metrics_server() -> Callable[..., Any]:
     """``leasekeeper.prometheus.serve_metrics``, which ``--metrics-port`` calls as
     ``serve_metrics(worker, port, addr=...)`` once the worker exists (its manager's
@@ -553,7 +505,7 @@ def metrics_server() -> Callable[..., Any]:
     except (ImportError, AttributeError) as exc:
         raise UsageError(
             "--metrics-port needs leasekeeper[prometheus] "
-            f"(pip install 'leasekeeper[prometheus]'): {_one_line(exc)}"
+            f"(pip install 'leasekeeper[prometheus]'): {one_line(exc)}"
         ) from exc
     return serve
 
@@ -598,11 +550,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             backends = build_backends(args)
             for backend in backends:
                 check_queue(args, backend)
-            is_async = _is_async(handler)
-            worker = _make_worker(args, backends, handler, config, is_async=is_async)
+            asynchronous = is_async(handler)
+            worker = _make_worker(args, backends, handler, config, is_async=asynchronous)
         except (UsageError, LeaseError) as exc:
             return _fail(str(exc))
-        return _run(args, worker, early, serve_metrics, is_async=is_async)
+        return _run(args, worker, early, serve_metrics, is_async=asynchronous)
     finally:
         for sig, before in previous.items():
             signal.signal(sig, before)
@@ -639,14 +591,7 @@ def _make_worker(
 
         return Worker(queues, handler, **common)
     except (ValueError, TypeError, LeaseError) as exc:
-        raise UsageError(_one_line(exc)) from exc
-
-
-def _is_async(handler: Callable[..., object]) -> bool:
-    # A coroutine function, or an object whose __call__ is one.
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        type(handler).__call__
-    )
+        raise UsageError(one_line(exc)) from exc
 
 
 def _run(
@@ -667,7 +612,7 @@ def _run(
             except Exception as exc:
                 return _fail(
                     f"cannot serve metrics on {args.metrics_addr}:{args.metrics_port}: "
-                    f"{_one_line(exc)}"
+                    f"{one_line(exc)}"
                 )
         if early:
             log.info("signal %d before the worker started: not starting", early[0])
