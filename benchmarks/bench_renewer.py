@@ -108,7 +108,7 @@ def concurrent_pairs(mode: str, pairs: int, threads: int = 8) -> dict[str, Any]:
     for worker in workers:
         worker.start()
     start.wait()
-    cpu0 = _cpu(manager.renewer_pid)
+    cpu0 = _cpu(_renewer_process(manager))
     t0 = time.perf_counter()
     for worker in workers:
         worker.join()
@@ -122,6 +122,11 @@ def concurrent_pairs(mode: str, pairs: int, threads: int = 8) -> dict[str, Any]:
         "cpu_ms_per_1000": (worker_cpu + child_cpu) * 1000 * per_1000,
         "child_cpu_ms_per_1000": child_cpu * 1000 * per_1000,
     }
+
+
+def _renewer_process(manager: Any) -> int:
+    """The pid of ``manager``'s renewer process; 0 for a thread renewer."""
+    return int(manager.renewer_pid) if manager.renewer.name == "process" else 0
 
 
 def _cpu(renewer_pid: int = 0) -> tuple[float, float]:
@@ -179,7 +184,7 @@ def worker_throughput(mode: str, jobs: int, concurrency: int = 8) -> dict[str, A
     )
     manager = worker.manager
     manager.start()  # (returns at once where the renewer serves since construction)
-    cpu0 = _cpu(manager.renewer_pid)  # its start-up not counted: what a message costs
+    cpu0 = _cpu(_renewer_process(manager))  # its start-up not counted: a message's cost
     t0 = time.perf_counter()
     stats = worker.run(until_idle=0.3)
     took = time.perf_counter() - t0 - 0.3  # less the idle wait that ends the run
