@@ -99,12 +99,12 @@ def test_renewals_go_on_while_the_handler_holds_the_gil(moto_endpoint: str, queu
         manager.close()
 
 
-def test_the_manager_returns_before_its_renewer_imports_its_sdk_and_loses_nothing_by_it(
+def test_the_manager_returns_once_its_renewer_renews_and_loses_nothing_it_registers(
     moto_endpoint: str, queue_url: str
 ) -> None:
     """The renewer process builds its backend (imports botocore, makes its client)
-    after the manager is constructed. Leases registered meanwhile wait in the socket
-    and are renewed once it does; ``start()`` returns when it renews."""
+    before the manager's constructor returns: leases registered at once, even of
+    messages received before the manager existed, are renewed from the start."""
     fill(moto_endpoint, queue_url, 3)
     backend = SQSBackend(make_client(moto_endpoint), queue_url)
     messages: list[Any] = []
@@ -114,9 +114,9 @@ def test_the_manager_returns_before_its_renewer_imports_its_sdk_and_loses_nothin
         backend, renewer="process", visibility_timeout=5, timer_interval=0.2, minimal_life=0.5
     )
     try:
-        leases = [manager.register(m) for m in messages]  # whether it serves yet or not
+        assert manager.running  # before start(): the constructor waited for it
+        leases = [manager.register(m) for m in messages]
         manager.start()
-        assert manager.running
         assert drain_ids(moto_endpoint, queue_url, 1, timeout=7) == set()  # 1.4 timeouts
         for lease in leases:
             lease.complete()

@@ -11,7 +11,8 @@ worker -> renewer: ``Hello`` (first, before anything else), ``Add`` (no reply),
 a ``Done`` with its ``request``), ``Abandon``, ``Progress``, ``Observe`` (no reply).
 
 renewer -> worker: ``Started`` then ``Serving`` or ``Failed`` (once each), ``Done``,
-``Extended``, ``Rolling``, ``Ended``, ``Event``; its sender batches them (``Batch``).
+``Extended``, ``Rolling``, ``Ended``, ``Event``; its sender batches them (``Batch``),
+as the worker's sender batches its frames (``renewers._sender``).
 
 Keys are the worker's lease ids (ints), never message ids: a message received
 again is a new lease. Receipts cross the socket (both ends are the same user's
@@ -117,7 +118,7 @@ class Close(NamedTuple):
 
 
 class Started(NamedTuple):
-    """It runs; its backend is built next, while the worker goes on."""
+    """It runs; its backend is built next (the worker waits for Serving or Failed)."""
 
     pid: int
 

@@ -8,16 +8,16 @@ process and its descriptors - sends it sys.path, this pid and the pickled
 runs its own check (``precheck``: credentials the renewer would lack, found without
 a request), so what would fail every renewal fails here, at once.
 
-Start-up comes in two steps because the renewer's own is mostly the import of its
-service's SDK (botocore alone is half a second): the link returns once the
-renewer runs, and the renewer builds its backend while this process goes on; what
-is sent meanwhile waits in the socket. ``wait_serving`` waits for the rest: the
-workers call it (through ``LeaseManager.start``) before their first receive, so
-no message is received before its renewals can be sent. A backend that cannot be
+The renewer says it has started, then builds its backend (mostly the import of
+its service's SDK: botocore alone is half a second) and says it serves, or why it
+cannot. ``wait_serving`` waits for that: ``ProcessRenewer`` does before its
+constructor returns and before it registers on a new renewer, so nothing is
+received or registered before its renewals can be sent. A backend that cannot be
 built there after all is reported by ``wait_serving`` (ConfigError, with its
-reason) and as the renewer's death.
+reason).
 
-Then it sends frames (``_frames``), waits for replies (``ask``), and hands every other
+Then it sends frames (``_frames``, several in one write: ``renewers._sender``), waits
+for replies (``ask``), and hands every other
 frame to its ``on_frame`` callback from a reader thread. When the renewer dies its
 pending requests are answered ``DIED`` and ``on_gone`` is called, on the reader
 thread.
@@ -51,6 +51,7 @@ from leasekeeper.renewers._frames import (
     recv_frame,
     send_frame,
 )
+from leasekeeper.renewers._sender import FrameSender
 
 log = logging.getLogger("leasekeeper.renewer")
 
@@ -91,10 +92,11 @@ class RenewerLink:
         self._settled = threading.Event()
         self._died = False  # gone before it served
         self.failure: str | None = None  # why it could not build its backend
-        # Guards the socket's sending side and _replies.
+        # Guards _replies, _ended and the outgoing frames (``FrameSender``).
         self._send_lock = threading.Lock()
         self._replies: dict[int, _Reply] = {}
         self._requests = itertools.count(1)
+        self._ended = False  # its reader saw it go: no reply will come
         # What the reader does with each frame: these here, every other to on_frame.
         self._handlers: dict[type, Callable[[Any], None]] = {
             Batch: self._batch,
@@ -103,6 +105,7 @@ class RenewerLink:
             Failed: self._failed,
         }
         self.proc, self._conn = _start(payload, precheck)
+        self._sender = FrameSender(self._conn, self._send_lock)
         self._reader = threading.Thread(
             target=self._read, name="leasekeeper-renewer-reader", daemon=True
         )
@@ -134,10 +137,10 @@ class RenewerLink:
             raise ConfigError("the renewer process could not start: it died while starting")
 
     def send(self, frame: tuple[Any, ...]) -> None:
-        """Send ``frame``; raise LeaseLost when the renewer is gone."""
+        """Send ``frame`` (with what other threads send meanwhile, in one write: ``FrameSender``);
+        LeaseLost when the renewer is gone."""
         try:
-            with self._send_lock:
-                send_frame(self._conn, frame)
+            self._sender.send(frame)
         except OSError:
             raise LeaseLost("-", DIED) from None
 
@@ -146,15 +149,24 @@ class RenewerLink:
         (``DIED`` if the renewer died first)."""
         reply = _Reply()
         with self._send_lock:
+            if self._ended:
+                return DIED
             request = next(self._requests)
             self._replies[request] = reply
-            try:
-                send_frame(self._conn, make(request))
-            except OSError:
-                del self._replies[request]
-                return DIED
+        try:
+            self._sender.send(make(request))
+        except OSError:
+            with self._send_lock:
+                self._replies.pop(request, None)
+            return DIED
         reply.latch.acquire()  # released by the reader thread (or by _gone)
         return reply.payload
+
+    def kill(self) -> None:
+        """Stop a renewer that cannot serve (it held nothing) and wait for it."""
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self.proc.wait()
 
     def close(self, timeout: float | None) -> None:
         """After the renewer was asked to close: wait for it to exit (or kill it)."""
@@ -216,6 +228,7 @@ class RenewerLink:
             self._died = True
         self._settled.set()
         with self._send_lock:
+            self._ended = True
             replies = list(self._replies.values())
             self._replies.clear()
         for reply in replies:

@@ -2,8 +2,8 @@
 
 Started by ``renewers.process.ProcessRenewer`` with one end of a socket pair as file
 descriptor FD. It says it has started, then builds its own backend from the
-worker's ``backend.spec()`` (importing the service's SDK is most of its start-up,
-so the worker does not wait for it: its frames wait in the socket), runs an
+worker's ``backend.spec()`` (importing the service's SDK is most of its start-up;
+the worker's constructor waits for it), runs an
 ordinary thread-mode ``LeaseManager`` on it, says it serves (or why it could not
 build), and does what the worker asks (``_frames`` lists the frames): lease,
 complete, release, report. Because it is a
@@ -24,7 +24,9 @@ worker's graceful shutdown lets its handlers finish.
 
 Requests are read and done by a pool of serving threads, leader/follower: the
 thread that reads a request does it, so the worker's round trip crosses no extra
-thread here. Notices go out through their own sender thread, so a worker that is
+thread here. It reads every frame already waiting at once (the worker writes
+several in one ``Batch``): the completes among them are done in one call and
+answered in one write. Notices go out through their own sender thread, so a worker that is
 not reading (stuck in C code) never stalls the renewals here.
 """
 
@@ -81,6 +83,7 @@ log = logging.getLogger("leasekeeper.renewer")
 
 PARENT_DEATH_SIGNAL = signal.SIGUSR1
 WATCH_INTERVAL = 0.2  # seconds between getppid() checks
+READ_AT_ONCE = 256  # frames read before the first of them is done
 EXIT_RELEASE_TIMEOUT = 10.0  # how long releasing at the worker's death may take
 _PR_SET_PDEATHSIG = 1
 
@@ -312,24 +315,59 @@ class ChildRenewer:
                 if self._done.is_set():
                     return
                 try:
-                    frame = recv_frame(self._conn)
+                    frames = self._read_waiting()
                 except (EOFError, OSError):
                     self._gone = True
                     self._done.set()
                     return
-                slow = self._slow.get(type(frame))
-                if slow is None:
-                    self._handle(frame)
+                slow = self._do_cheap(frames)
+                if not slow:
                     continue
                 with self._busy_lock:
                     self._busy += 1
             try:
-                slow(frame)
-            except Exception:
-                log.exception("the worker's %s request failed", type(frame).__name__)
+                self._do_slow(slow)
             finally:
                 with self._busy_lock:
                     self._busy -= 1
+
+    def _read_waiting(self) -> list[tuple[Any, ...]]:
+        """The next frame and every one already waiting behind it (a ``Batch``
+        opened), up to ``READ_AT_ONCE``: the completes among them are done in one
+        call and answered in one write."""
+        frames = _opened(recv_frame(self._conn))
+        while len(frames) < READ_AT_ONCE and self._conn.poll(0):
+            frames += _opened(recv_frame(self._conn))
+        return frames
+
+    def _do_cheap(self, frames: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """Do the cheap frames, in order, by the reading thread; return the slow ones.
+        (The slow ones before a Close are done first: it waits for what runs.)"""
+        slow: list[tuple[Any, ...]] = []
+        for frame in frames:
+            if type(frame) in self._slow:
+                slow.append(frame)
+                continue
+            if isinstance(frame, Close) and slow:
+                self._do_slow(slow)
+                slow = []
+            self._handle(frame)
+        return slow
+
+    def _do_slow(self, frames: list[tuple[Any, ...]]) -> None:
+        """The requests read together: every complete in one, then the others."""
+        completes = [frame for frame in frames if isinstance(frame, Complete)]
+        if completes:
+            self._try(self._complete, completes)
+        for frame in frames:
+            if not isinstance(frame, Complete):
+                self._try(self._slow[type(frame)], frame)
+
+    def _try(self, handler: Callable[[Any], None], arg: Any) -> None:
+        try:
+            handler(arg)
+        except Exception:
+            log.exception("the worker's request failed")
 
     def _drain(self) -> None:
         """Do the frames a dead worker sent that nobody read yet (its last adds and
@@ -341,12 +379,8 @@ class ChildRenewer:
             return
         try:
             while self._conn.poll(0):
-                frame = recv_frame(self._conn)
-                slow = self._slow.get(type(frame))
-                if slow is not None:
-                    slow(frame)
-                elif not isinstance(frame, Close):
-                    self._handle(frame)
+                frames = [f for f in self._read_waiting() if not isinstance(f, Close)]
+                self._do_slow(self._do_cheap(frames))
         except (EOFError, OSError):
             pass
         finally:
@@ -428,8 +462,10 @@ class ChildRenewer:
     def _find(self, keys: Sequence[int]) -> list[Lease | None]:
         return [self._leases.get(key) for key in keys]
 
-    def _complete(self, frame: Complete) -> None:
-        leases = self._find(frame.keys)
+    def _complete(self, frames: list[Complete]) -> None:
+        """The completes read together (several handlers'), done in one call and
+        answered in one write (a ``Batch`` of their replies)."""
+        leases = self._find([key for frame in frames for key in frame.keys])
         results: list[BaseException | None] = []
         known = [lease for lease in leases if lease is not None]
         if len(known) == 1 == len(leases):
@@ -448,7 +484,11 @@ class ChildRenewer:
             (encode_error(result), 0 if lease is None else lease.extensions)
             for result, lease in zip(results, leases, strict=True)
         ]
-        self._outbox.reply(Done(frame.request, answers))
+        replies: list[tuple[Any, ...]] = []
+        for frame in frames:
+            replies.append(Done(frame.request, answers[: len(frame.keys)]))
+            del answers[: len(frame.keys)]
+        self._outbox.reply(replies[0] if len(replies) == 1 else Batch(replies))
 
     def _release(self, frame: Release) -> None:
         delay, stop = frame.delay, frame.stop_handler
@@ -466,6 +506,11 @@ class ChildRenewer:
             except (LeaseError, ValueError) as exc:
                 results.append(exc)
         self._outbox.reply(Done(frame.request, [encode_error(r) for r in results]))
+
+
+def _opened(frame: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """The frames ``frame`` carries: a ``Batch``'s, else itself."""
+    return list(frame.frames) if isinstance(frame, Batch) else [frame]
 
 
 def _unknown() -> LeaseError:
@@ -552,9 +597,9 @@ def main(argv: Sequence[str]) -> int:
         except Exception as exc:
             send_frame(conn, Failed(f"{type(exc).__name__}: {exc}"))
             return 1
-        # Started: the worker goes on while the backend is built here (its SDK's
-        # import is most of a second). Its frames wait in the socket until we serve;
-        # if it dies meanwhile, they are read and released once we can.
+        # Started: the backend is built next (its SDK's import is most of a second),
+        # while the worker waits for Serving; if it dies meanwhile, what it sent is
+        # read and released once we can.
         send_frame(conn, Started(os.getpid()))
         watch.defer()
         try:

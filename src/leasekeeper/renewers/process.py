@@ -4,15 +4,18 @@ This is the worker's side of it.
 ``ProcessRenewer`` holds the handlers' leases and starts a renewer process through
 a ``RenewerLink`` (``renewers._link``), sending it the backend's spec and the config
 (a backend whose credentials the renewer would lack fails the manager's
-construction at once). The manager is constructed once the renewer runs; it builds
-its backend meanwhile, and ``start()`` - which the workers and
-``LeaseManager.receive`` call before they receive - waits until it renews (or
-raises ConfigError with the reason it cannot). From then on:
+construction at once). The constructor returns once the renewer has built its
+backend and renews, or raises ConfigError with the reason it cannot - so no lease
+is ever held for a renewer that cannot renew it. A renewer started after one died
+is waited for the same way by the next ``register`` (or ``start()``). Then:
 
 - ``register`` keeps the lease here (the handler's ``Lease``) and sends it there;
-  it waits for no reply.
+  it waits for no reply (the lease's deadline is known here). Frames that several
+  threads send at once go in one write (``renewers._sender``).
 - ``complete``/``release`` ask the renewer, which does the call with the newest
-  receipt, one operation at a time per lease (rule 4), and wait for its answer.
+  receipt, one operation at a time per lease (rule 4), and wait for its answer;
+  the requests that arrive together there are done in one call and answered in
+  one write.
 - The renewer's notices - new receipts and deadlines, leases lost or abandoned -
   are read by a reader thread and applied to the leases here; ``on_lost`` runs on
   a separate notifier thread, never on the reader (a callback may call
@@ -162,7 +165,19 @@ class ProcessRenewer:
             Event: self._forward_event,
         }
         self._maker = LinkMaker(self._queues.all, payload)
-        self._link: RenewerLink | None = self._maker.start(self._apply, self._link_gone)
+        self._link: RenewerLink | None = None
+        try:
+            # Constructed once it renews: nothing is registered before it can be.
+            self._serving_link()
+        except BaseException:
+            with self._registry_lock:  # no other renewer is started after this one
+                self._closed = True
+                link, self._link = self._link, None
+            if link is not None:
+                link.closing = True
+                link.kill()
+            self._notifier.close()
+            raise
         _live.add(self)
 
     # ------------------------------------------------------------------ the child
@@ -236,13 +251,24 @@ class ProcessRenewer:
 
     def start(self) -> None:
         """Return once the renewer process renews; ConfigError when it cannot."""
+        self._serving_link()
+
+    def _serving_link(self) -> RenewerLink:
+        """The renewer, once it renews (a new one if the last died); ConfigError when
+        it cannot, so no lease is held for one that never will."""
         with self._registry_lock:
             if self._closed:
                 raise ManagerClosed("this LeaseManager is closed")
             if self._link is None:
-                self._link = self._maker.start(self._apply, self._link_gone)  # the last died
+                self._link = self._maker.start(self._apply, self._link_gone)
             link = self._link
-        link.wait_serving()
+        if not link.serving:
+            try:
+                link.wait_serving()
+            except ConfigError:
+                link.kill()  # one that took too long; it held nothing
+                raise
+        return link
 
     @property
     def closed(self) -> bool:
@@ -277,10 +303,10 @@ class ProcessRenewer:
         if not math.isfinite(message.visible_until):
             raise no_deadline(message)
         link = self._link
-        if link is not None and link.failure is not None:
-            # It could not build its backend: refused here (ConfigError with the
-            # reason), not held to be reported lost when it goes.
-            link.wait_serving()
+        if link is None or not link.serving:
+            # Refused here (ConfigError with the reason) if it cannot renew, not
+            # held to be reported lost when it goes.
+            self._serving_link()
         now = self._clock.now()
         with self._registry_lock:
             if self._closed:
@@ -298,20 +324,7 @@ class ProcessRenewer:
             self._by_message[index, message.id] = lease
         if superseded is not None:
             self._end(superseded, LeaseState.LOST, SUPERSEDED)
-        self._send(
-            Add(
-                key,
-                message.id,
-                message.receipt,
-                message.received_at,
-                message.visibility_timeout,
-                message.deadline_hint,
-                message.hard_deadline,
-                message.receive_count,
-                watch,
-                index,
-            )
-        )
+        self._send(_add_frame(key, message, watch, index))
         return lease
 
     def complete(self, lease: Lease) -> None:
@@ -471,17 +484,7 @@ class ProcessRenewer:
             self._send(frame)
 
     def _forward_event(self, frame: Event) -> None:
-        callback, args = frame
-        if callback == "on_call":
-            operation, entries, seconds, outcomes, error, *queue = args
-            backend = self._queues.all[queue[0] if queue else 0]
-            event = CallEvent(operation, backend, entries, seconds, outcomes, error)
-            self._calls.tell("on_call", event)
-            return
-        key, value = args
-        lease = self._leases.get(key)
-        if lease is not None:
-            self._calls.tell(callback, lease, value)
+        _tell_event(self._calls, frame, self._queues.all, self._leases)
 
     def forget_after_fork(self) -> None:
         """In a forked child of the worker: the leases and the renewer are the
@@ -596,6 +599,38 @@ class Notifier:
             if lease is None:
                 return
             tell_lost(lease, self.on_lost, self._count_error)
+
+
+def _add_frame(key: int, message: Message, watch: bool, queue: int) -> Add:
+    """The frame that has the renewer renew ``message``'s lease ``key``."""
+    return Add(
+        key,
+        message.id,
+        message.receipt,
+        message.received_at,
+        message.visibility_timeout,
+        message.deadline_hint,
+        message.hard_deadline,
+        message.receive_count,
+        watch,
+        queue,
+    )
+
+
+def _tell_event(
+    calls: Calls, frame: Event, queues: Sequence[Backend], leases: dict[int, RemoteLease]
+) -> None:
+    """An observer event the renewer forwarded, told to this process's observers."""
+    callback, args = frame
+    if callback == "on_call":
+        operation, entries, seconds, outcomes, error, *queue = args
+        backend = queues[queue[0] if queue else 0]
+        calls.tell("on_call", CallEvent(operation, backend, entries, seconds, outcomes, error))
+        return
+    key, value = args
+    lease = leases.get(key)
+    if lease is not None:
+        calls.tell(callback, lease, value)
 
 
 def _raise_any(results: list[BaseException | None]) -> None:

@@ -1,0 +1,75 @@
+"""The worker's frames to its renewer process: several in one write, in order."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+import pytest
+
+from leasekeeper.renewers._frames import Batch, recv_frame
+from leasekeeper.renewers._sender import FrameSender
+
+
+def pair() -> tuple[Connection, Connection]:
+    ours, theirs = socket.socketpair()
+    return Connection(ours.detach()), Connection(theirs.detach())
+
+
+def read_all(conn: Connection, frames: int) -> tuple[list[Any], int]:
+    """``frames`` frames as the renewer reads them, and how many writes carried them."""
+    got: list[Any] = []
+    writes = 0
+    while len(got) < frames:
+        frame = recv_frame(conn)
+        writes += 1
+        got += list(frame.frames) if isinstance(frame, Batch) else [frame]
+    return got, writes
+
+
+def test_a_frame_is_on_the_socket_when_send_returns() -> None:
+    ours, theirs = pair()
+    sender = FrameSender(ours, threading.Lock())
+    sender.send(("add", 1))
+    assert theirs.poll(0)  # on the socket when send returns: nothing left for later
+    sender.send(("complete", 1))
+    got, _ = read_all(theirs, 2)
+    assert got == [("add", 1), ("complete", 1)]
+
+
+def test_the_frames_of_eight_threads_all_arrive_each_thread_s_in_order() -> None:
+    ours, theirs = pair()
+    sender = FrameSender(ours, threading.Lock())
+    per_thread = 300
+    received: list[Any] = []
+    reader = threading.Thread(
+        target=lambda: received.extend(read_all(theirs, 8 * per_thread * 2)[0])
+    )
+    reader.start()
+
+    def run(thread: int) -> None:
+        for n in range(per_thread):
+            sender.send((thread, n, "add"))
+            sender.send((thread, n, "complete"))
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    reader.join(30)
+    assert len(received) == 8 * per_thread * 2
+    for t in range(8):
+        mine = [frame[1:] for frame in received if frame[0] == t]
+        assert mine == [(n, kind) for n in range(per_thread) for kind in ("add", "complete")]
+
+
+def test_a_gone_renewer_is_an_os_error_for_the_sender() -> None:
+    ours, theirs = pair()
+    sender = FrameSender(ours, threading.Lock())
+    theirs.close()
+    ours.close()
+    with pytest.raises(OSError):
+        sender.send(("complete", 1))
