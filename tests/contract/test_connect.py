@@ -230,6 +230,25 @@ def test_where_an_sqs_client_takes_its_region_and_endpoint(
         assert backend.client.meta.endpoint_url == endpoint
 
 
+def test_a_localstack_url_names_its_region_when_nothing_else_does(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """LocalStack 3 hands out ``sqs.<region>.localhost.localstack.cloud`` URLs: with
+    the endpoint configured and no region anywhere, the URL's region is taken (it
+    was a NoRegionError); the calls go to the endpoint, the URL is a parameter."""
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))  # no region there
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://localhost:4566")
+    url = "http://sqs.eu-central-1.localhost.localstack.cloud:4566/000000000000/jobs"
+    backend = leasekeeper.connect(url)
+    assert isinstance(backend, SQSBackend) and backend.queue_url == url
+    assert backend.client.meta.region_name == "eu-central-1"
+    assert backend.client.meta.endpoint_url == "http://localhost:4566"
+    monkeypatch.setenv("AWS_REGION", "us-west-2")  # a region given wins over the host's
+    assert leasekeeper.connect(url).client.meta.region_name == "us-west-2"
+
+
 # ---------------------------------------------------------------- a third party's scheme
 
 

@@ -78,7 +78,7 @@ def aws_partial_credentials(missing: str | None) -> str:
 def aws_no_region() -> str:
     return (
         missing_variables("no AWS region in this process", AWS_REGION, joiner="or")
-        + ", or give the source its region (SQSSource(queue_url, region=...))"
+        + ", or pass region=..."
     )
 
 

@@ -60,6 +60,9 @@ __all__ = [
 _AWS_HOST = re.compile(
     r"^(?:sqs(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?|([a-z0-9-]+)\.queue\.amazonaws\.com)$"
 )
+# sqs.<region>.<any host>: a region named the way AWS's hosts name it (LocalStack's
+# sqs.us-east-1.localhost.localstack.cloud).
+_REGION_IN_HOST = re.compile(r"^sqs\.([a-z]{2}(?:-[a-z]+)+-\d+)\.")
 _FALSE = ("false", "0", "no")
 
 
@@ -169,8 +172,13 @@ def sqs(
     configured = endpoint_url or configured_endpoint()
     endpoint, url_region = sqs_endpoint(queue_url, configured)
     region = region or url_region or os.environ.get("AWS_REGION") or None
+    if region is None and queue_url is not None:
+        # A stand-in's URL that names a region (LocalStack's
+        # sqs.<region>.localhost.localstack.cloud) gives it when nothing else does.
+        named = _REGION_IN_HOST.match(urlsplit(queue_url).hostname or "")
+        region = _default_region() or (named.group(1) if named else None)
     if region is None and configured is None and endpoint is not None:  # the URL's origin
-        region = _default_region() or "us-east-1"  # a local stand-in takes any
+        region = "us-east-1"  # a local stand-in takes any
     from botocore.exceptions import NoRegionError
 
     try:
