@@ -6,7 +6,7 @@ in a call: http.client parses every answer's headers with the ``email``
 package's feed parser, urllib3 wraps each exchange in several objects. An SQS
 answer needs none of that: a status line, a few headers, a body of known length.
 So ``KeepAlivePool.post`` writes the request in one ``sendall`` and reads the
-answer with a buffered reader, keeping the headers as a lowercase-named dict.
+answer with ``recv`` into one buffer, keeping the headers as a lowercase-named dict.
 
 What it honours of the client: its connect and read timeouts (the read one per
 socket operation, as urllib3), its pool size (idle connections kept), TLS with
@@ -26,17 +26,17 @@ which phase failed; the SQS path maps them to botocore's exceptions.
 
 from __future__ import annotations
 
+import ipaddress
 import select
 import socket
 import ssl
 from collections import deque
 from collections.abc import Mapping
-from typing import BinaryIO
 
 __all__ = ["ExchangeError", "KeepAlivePool"]
 
-_MAX_LINE = 65536
-_MAX_HEADERS = 100
+_READ_SIZE = 65536
+_MAX_HEAD = 65536
 
 
 class ExchangeError(Exception):
@@ -50,12 +50,19 @@ class ExchangeError(Exception):
         self.cause = cause
 
 
+def _address_family(host: str) -> socket.AddressFamily | None:
+    """The family of ``host`` if it is an IP address, else None (a name to resolve)."""
+    try:
+        return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return None
+
+
 class _Connection:
-    __slots__ = ("reader", "sock")
+    __slots__ = ("sock",)
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.reader: BinaryIO = sock.makefile("rb")
 
     def dropped(self) -> bool:
         """Did the server close this idle connection (or send something unasked)?"""
@@ -66,10 +73,7 @@ class _Connection:
         return bool(readable)
 
     def close(self) -> None:
-        try:
-            self.reader.close()
-        finally:
-            self.sock.close()
+        self.sock.close()
 
 
 class KeepAlivePool:
@@ -91,6 +95,7 @@ class KeepAlivePool:
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self._address = (host, port)
+        self._literal = _address_family(host)
         self._server_hostname = host
         self._host_line = f"Host: {host_header}\r\n"
         self._connect_timeout = connect_timeout
@@ -102,7 +107,16 @@ class KeepAlivePool:
 
     def _connect(self) -> _Connection:
         try:
-            sock = socket.create_connection(self._address, timeout=self._connect_timeout)
+            if self._literal is None:
+                sock = socket.create_connection(self._address, timeout=self._connect_timeout)
+            else:  # an address already: no resolver call (moto answers one call a connection)
+                sock = socket.socket(self._literal, socket.SOCK_STREAM)
+                try:
+                    sock.settimeout(self._connect_timeout)
+                    sock.connect(self._address)
+                except BaseException:
+                    sock.close()
+                    raise
         except OSError as exc:
             raise ExchangeError("connect", exc) from None
         try:
@@ -154,7 +168,7 @@ class KeepAlivePool:
                 connection.close()
                 raise ExchangeError("send", again) from None
         try:
-            status, found, data, keep = self._read(connection.reader)
+            status, found, data, keep = self._read(connection.sock)
         except (OSError, ValueError) as exc:
             connection.close()
             raise ExchangeError("read", exc) from None
@@ -165,42 +179,62 @@ class KeepAlivePool:
         return status, found, data
 
     @staticmethod
-    def _read(reader: BinaryIO) -> tuple[int, dict[str, str], bytes, bool]:
-        line = reader.readline(_MAX_LINE)
-        if not line:
+    def _read(sock: socket.socket) -> tuple[int, dict[str, str], bytes, bool]:
+        """One answer off ``sock``: status, headers, body, and whether the
+        connection may carry another request. Reads with ``recv`` into one buffer
+        (an answer of SQS's size usually arrives in one or two reads)."""
+        data = sock.recv(_READ_SIZE)
+        if not data:
             raise ConnectionError("the server closed the connection without an answer")
-        version, _, rest = line.partition(b" ")
+        end = data.find(b"\r\n\r\n")
+        while end < 0:
+            if len(data) > _MAX_HEAD:
+                raise ConnectionError("the answer's headers are too long")
+            more = sock.recv(_READ_SIZE)
+            if not more:
+                raise ConnectionError("the answer ended within its headers")
+            data += more
+            end = data.find(b"\r\n\r\n", max(0, len(data) - len(more) - 3))
+        lines = data[:end].decode("latin-1").split("\r\n")
+        version, _, rest = lines[0].partition(" ")
         code = rest[:3]
-        if not version.startswith(b"HTTP/") or not code.isdigit():
+        if not version.startswith("HTTP/") or not code.isdigit():
             raise ConnectionError("not an HTTP answer")
         status = int(code)
         headers: dict[str, str] = {}
-        for _ in range(_MAX_HEADERS):
-            line = reader.readline(_MAX_LINE)
-            if line in (b"\r\n", b"\n"):
-                break
-            if not line:
-                raise ConnectionError("the answer ended within its headers")
-            name, _, value = line.partition(b":")
-            key = name.decode("latin-1").strip().lower()
-            text = value.decode("latin-1").strip()
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
-        else:
-            raise ConnectionError("too many headers")
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            key = name.strip().lower()
+            value = value.strip()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
         connection = headers.get("connection", "").lower()
-        keep = "close" not in connection and (version != b"HTTP/1.0" or "keep-alive" in connection)
+        keep = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
+        body = data[end + 4 :]
         if status < 200 or status in (204, 304):  # no body (1xx are not expected here)
-            return status, headers, b"", keep
+            return status, headers, b"", keep and not body
         if "chunked" in headers.get("transfer-encoding", "").lower():
-            return status, headers, _read_chunked(reader), keep
+            return status, headers, _read_chunked(sock, body), False
         length = headers.get("content-length")
         if length is None:  # the body runs to the end of the stream
-            return status, headers, reader.read(), False
+            parts = [body]
+            while True:
+                more = sock.recv(_READ_SIZE)
+                if not more:
+                    return status, headers, b"".join(parts), False
+                parts.append(more)
         size = int(length)
-        data = reader.read(size)
-        if len(data) != size:
-            raise ConnectionError("the answer ended within its body")
-        return status, headers, data, keep
+        if len(body) < size:
+            parts = [body]
+            got = len(body)
+            while got < size:
+                more = sock.recv(max(_READ_SIZE, size - got))
+                if not more:
+                    raise ConnectionError("the answer ended within its body")
+                parts.append(more)
+                got += len(more)
+            body = b"".join(parts)
+        # anything after the body was not asked for: the connection is not reused
+        return status, headers, body[:size], keep and len(body) == size
 
     def close(self) -> None:
         while True:
@@ -210,18 +244,24 @@ class KeepAlivePool:
                 return
 
 
-def _read_chunked(reader: BinaryIO) -> bytes:
+def _read_chunked(sock: socket.socket, data: bytes) -> bytes:
+    """A chunked body (``data`` what arrived of it with the headers), read to its end;
+    the connection is not reused after one (SQS does not send them)."""
     parts: list[bytes] = []
     while True:
-        line = reader.readline(_MAX_LINE)
-        if not line:
-            raise ConnectionError("the answer ended within a chunk")
+        while b"\r\n" not in data:
+            more = sock.recv(_READ_SIZE)
+            if not more:
+                raise ConnectionError("the answer ended within a chunk")
+            data += more
+        line, _, data = data.partition(b"\r\n")
         size = int(line.split(b";", 1)[0].strip(), 16)
         if size == 0:
-            while reader.readline(_MAX_LINE) not in (b"\r\n", b"\n", b""):
-                pass  # trailers
-            return b"".join(parts)
-        chunk = reader.read(size + 2)
-        if len(chunk) != size + 2:
-            raise ConnectionError("the answer ended within a chunk")
-        parts.append(chunk[:size])
+            return b"".join(parts)  # trailers, if any, go with the connection
+        while len(data) < size + 2:
+            more = sock.recv(_READ_SIZE)
+            if not more:
+                raise ConnectionError("the answer ended within a chunk")
+            data += more
+        parts.append(data[:size])
+        data = data[size + 2 :]

@@ -83,6 +83,10 @@ CLIENT_METHODS = {
     "ChangeMessageVisibility": "change_message_visibility",
 }
 HOT_OPERATIONS = frozenset(CLIENT_METHODS)
+# One encoder and decoder for every call (json.dumps and json.loads build or look
+# up theirs, and sniff the encoding of bytes, on each one).
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_DECODER = json.JSONDecoder()
 JSON_CONTENT_TYPE = "application/x-amz-json-1.0"
 _TARGET = "AmazonSQS."
 # The events a botocore call emits; a handler on one of them that botocore did not
@@ -237,10 +241,8 @@ class LeanPath:
     """
 
     #: The JSON codec.
-    encode: Callable[[Any], bytes] = staticmethod(
-        lambda value: json.dumps(value, separators=(",", ":")).encode()
-    )
-    decode: Callable[[bytes], Any] = staticmethod(json.loads)
+    encode: Callable[[Any], bytes] = staticmethod(lambda value: _ENCODER.encode(value).encode())
+    decode: Callable[[bytes], Any] = staticmethod(lambda data: _DECODER.decode(data.decode()))
 
     def __init__(self, client: Any) -> None:
         reason = why_not(client)
