@@ -12,10 +12,10 @@ Two parts, each in fresh processes beside one moto server:
   last completion. Each variant runs twice, interleaved (A B C ... A B C).
 - **Per call, the candidates** for the lean path: CPU microseconds per
   ReceiveMessage (10 messages) and per ChangeMessageVisibilityBatch (10 entries)
-  through the boto3 client, through the lean path as shipped (botocore's
-  ``SigV4Auth``, urllib3, the stdlib's json), and with one part swapped where the
-  package is installed: ``http.client`` for urllib3, awscrt's SigV4 signer for
-  botocore's, orjson for json.
+  through the boto3 client, through the lean path as shipped (its own SigV4
+  signer and keep-alive HTTP client, the stdlib's json), and with one part
+  swapped: botocore's ``SigV4Auth`` for its signer, ``http.client`` for its HTTP
+  client, and where installed awscrt's SigV4 signer, orjson for json.
 """
 
 from __future__ import annotations

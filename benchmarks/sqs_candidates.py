@@ -1,5 +1,7 @@
 """The candidates measured for the lean SQS call path (benchmarks/bench_sqs_path.py):
-the path as shipped and variants with one part swapped, where installed."""
+the path as shipped and variants with one part swapped, where installed
+(botocore's SigV4Auth or awscrt's signer for our own, http.client for our own
+keep-alive client, orjson for json)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,29 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from leasekeeper.backends.sqs_http import CLIENT_METHODS, LeanPath
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+
+from leasekeeper.backends.sqs_http import CLIENT_METHODS, JSON_CONTENT_TYPE, LeanPath
 
 Call = Callable[[str, dict[str, Any]], Any]
+
+
+class BotocoreSigned(LeanPath):
+    """The lean path signing with botocore's generic SigV4 signer (``signer``)."""
+
+    signer: Any = SigV4Auth
+
+    def _signed_headers(self, operation: str, body: bytes) -> dict[str, str]:
+        headers = {
+            "Content-Type": JSON_CONTENT_TYPE,
+            "X-Amz-Target": "AmazonSQS." + operation,
+            "x-amzn-query-mode": "true",
+        }
+        request = AWSRequest(method="POST", url=self.endpoint, data=body, headers=headers)
+        credentials = self._credentials.get_frozen_credentials()
+        self.signer(credentials, "sqs", self._region).add_auth(request)
+        return dict(request.headers.items())
 
 
 class HttpClientPath(LeanPath):
@@ -45,13 +67,14 @@ def candidates(client: Any) -> dict[str, Call]:
     and each variant whose package is installed."""
     out: dict[str, Call] = {
         "boto3 client": lambda op, params: getattr(client, CLIENT_METHODS[op])(**params),
-        "lean (botocore SigV4Auth, urllib3, json)": LeanPath(client).call,
+        "lean (own SigV4 signer and keep-alive client, json)": LeanPath(client).call,
+        "lean, botocore's SigV4Auth": BotocoreSigned(client).call,
         "lean over http.client": HttpClientPath(client).call,
     }
     if importlib.util.find_spec("awscrt") is not None:
         from botocore.crt.auth import CrtSigV4Auth
 
-        class CrtSigned(LeanPath):
+        class CrtSigned(BotocoreSigned):
             signer = CrtSigV4Auth
 
         out["lean, awscrt's SigV4 signer"] = CrtSigned(client).call

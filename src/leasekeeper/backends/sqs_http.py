@@ -11,9 +11,11 @@ AWS JSON 1.0 protocol (``X-Amz-Target: AmazonSQS.<operation>``,
 with what matters of the client kept:
 
 - its credentials object, frozen for every request as botocore's signer does (a
-  refreshable one refreshes itself), and botocore's own SigV4 signer;
+  refreshable one refreshes itself), signed as botocore's SigV4 signer signs
+  (``sigv4.RequestSigner``: the same signature, the signing key derived once a day);
 - its resolved endpoint and region, its connect and read timeouts and pool size,
-  its TLS verification;
+  its TLS verification, over keep-alive connections of our own
+  (``keepalive.KeepAlivePool``: no email-parsed headers, no urllib3 objects);
 - botocore's ``standard`` retry mode, built from botocore's own classes with the
   client's max attempts: retries on throttling, 5xx and connection errors, with
   exponential backoff and jitter, and a retry quota;
@@ -41,6 +43,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import threading
 import time
 import urllib.request
@@ -49,12 +52,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 from urllib.parse import quote, urlsplit
 
-import urllib3
 from botocore import exceptions as boto
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
 from botocore.httpsession import get_cert_path
 from botocore.retries import quota, standard
+
+from leasekeeper.backends.keepalive import ExchangeError, KeepAlivePool
+from leasekeeper.backends.sigv4 import RequestSigner
 
 __all__ = [
     "CLIENT_METHODS",
@@ -80,6 +83,10 @@ CLIENT_METHODS = {
     "ChangeMessageVisibility": "change_message_visibility",
 }
 HOT_OPERATIONS = frozenset(CLIENT_METHODS)
+# One encoder and decoder for every call (json.dumps and json.loads build or look
+# up theirs, and sniff the encoding of bytes, on each one).
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_DECODER = json.JSONDecoder()
 JSON_CONTENT_TYPE = "application/x-amz-json-1.0"
 _TARGET = "AmazonSQS."
 # The events a botocore call emits; a handler on one of them that botocore did not
@@ -233,12 +240,9 @@ class LeanPath:
     retries itself within each lease's deadline).
     """
 
-    #: The request signer (botocore's, the client's own kind), and the JSON codec.
-    signer: Any = SigV4Auth
-    encode: Callable[[Any], bytes] = staticmethod(
-        lambda value: json.dumps(value, separators=(",", ":")).encode()
-    )
-    decode: Callable[[bytes], Any] = staticmethod(json.loads)
+    #: The JSON codec.
+    encode: Callable[[Any], bytes] = staticmethod(lambda value: _ENCODER.encode(value).encode())
+    decode: Callable[[bytes], Any] = staticmethod(lambda data: _DECODER.decode(data.decode()))
 
     def __init__(self, client: Any) -> None:
         reason = why_not(client)
@@ -255,21 +259,25 @@ class LeanPath:
         self.endpoint = str(meta.endpoint_url)
         parts = urlsplit(self.endpoint)
         self._path = parts.path or "/"
-        timeout = urllib3.Timeout(connect=config.connect_timeout, read=config.read_timeout)
-        pool_options: dict[str, Any] = {
-            "maxsize": int(config.max_pool_connections or 10),
-            "block": False,
-            "timeout": timeout,
-            "retries": False,
-        }
+        tls: ssl.SSLContext | None = None
         if parts.scheme == "https":
             verify = _verify_of(client)
             if verify is False:
-                pool_options["cert_reqs"] = "CERT_NONE"
+                tls = ssl.create_default_context()
+                tls.check_hostname = False
+                tls.verify_mode = ssl.CERT_NONE
             else:
-                pool_options["cert_reqs"] = "CERT_REQUIRED"
-                pool_options["ca_certs"] = get_cert_path(verify)  # type: ignore[arg-type]  # a path too
-        self._pool = urllib3.connection_from_url(self.endpoint, **pool_options)
+                tls = ssl.create_default_context(cafile=get_cert_path(verify))  # type: ignore[arg-type]  # a path too
+        self._signer = RequestSigner(self.endpoint, self._region, "sqs")
+        self._pool = KeepAlivePool(
+            str(parts.hostname),
+            parts.port or (443 if parts.scheme == "https" else 80),
+            host_header=self._signer.host,
+            connect_timeout=config.connect_timeout,
+            read_timeout=config.read_timeout,
+            maxsize=int(config.max_pool_connections or 10),
+            tls=tls,
+        )
         attempts = (config.retries or {}).get("total_max_attempts")
         self.max_attempts = int(attempts) if attempts else standard.DEFAULT_MAX_ATTEMPTS
         adapter = standard.RetryEventAdapter()
@@ -355,50 +363,39 @@ class LeanPath:
         credentials = self._credentials
         if credentials is None:
             raise boto.NoCredentialsError()
-        headers = {
-            "Content-Type": JSON_CONTENT_TYPE,
-            "X-Amz-Target": _TARGET + operation,
-            "x-amzn-query-mode": "true",
-        }
+        headers = self._signer.headers(
+            credentials.get_frozen_credentials(), _TARGET + operation, JSON_CONTENT_TYPE, body
+        )
         trace = os.environ.get("_X_AMZN_TRACE_ID")
         if trace and "AWS_LAMBDA_FUNCTION_NAME" in os.environ:  # as botocore's handler
-            headers["X-Amzn-Trace-Id"] = quote(trace, safe="-=;:+&[]{}\"',")
-        request = AWSRequest(method="POST", url=self.endpoint, data=body, headers=headers)
-        self.signer(credentials.get_frozen_credentials(), "sqs", self._region).add_auth(request)
-        return dict(request.headers.items())
+            headers["X-Amzn-Trace-Id"] = quote(trace, safe="-=;:+&[]{}\"',")  # not signed
+        return headers
 
     def _send(self, operation: str, body: bytes) -> tuple[_Answer, bytes]:
         """One attempt: the answer, or botocore's exception for a failed exchange."""
         headers = self._signed_headers(operation, body)
-        url = self.endpoint
         try:
-            response = self._pool.urlopen(
-                "POST",
-                self._path,
-                body=body,
-                headers=headers,
-                retries=False,
-                redirect=False,
-                assert_same_host=False,
-                preload_content=True,
-            )
-        except urllib3.exceptions.SSLError as exc:
-            raise boto.SSLError(endpoint_url=url, error=exc) from None
-        except (urllib3.exceptions.NewConnectionError, socket.gaierror) as exc:
-            raise boto.EndpointConnectionError(endpoint_url=url, error=exc) from None
-        except urllib3.exceptions.ConnectTimeoutError as exc:
-            raise boto.ConnectTimeoutError(endpoint_url=url, error=exc) from None
-        except urllib3.exceptions.ReadTimeoutError as exc:
-            raise boto.ReadTimeoutError(endpoint_url=url, error=exc) from None
-        except urllib3.exceptions.ProtocolError as exc:
-            raise boto.ConnectionClosedError(endpoint_url=url, error=exc) from None
-        except urllib3.exceptions.HTTPError as exc:
-            raise boto.HTTPClientError(error=exc) from None
-        headers_in = {name.lower(): value for name, value in response.headers.items()}
-        return _Answer(response.status, headers_in), response.data
+            status, found, data = self._pool.post(self._path, headers, body)
+        except ExchangeError as failed:
+            raise _botocore_error(self.endpoint, failed) from None
+        return _Answer(status, found), data
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _botocore_error(url: str, failed: ExchangeError) -> Exception:
+    """The exception botocore (over urllib3) raises for the same failure."""
+    cause = failed.cause
+    if isinstance(cause, (ssl.SSLError, ssl.CertificateError)):
+        return boto.SSLError(endpoint_url=url, error=cause)
+    if failed.phase == "connect":
+        if isinstance(cause, (socket.timeout, TimeoutError)):
+            return boto.ConnectTimeoutError(endpoint_url=url, error=cause)
+        return boto.EndpointConnectionError(endpoint_url=url, error=cause)
+    if failed.phase == "read" and isinstance(cause, (socket.timeout, TimeoutError)):
+        return boto.ReadTimeoutError(endpoint_url=url, error=cause)
+    return boto.ConnectionClosedError(endpoint_url=url, error=cause)
 
 
 # ---------------------------------------------------------------------- the client's path
