@@ -42,6 +42,8 @@ NOT_API = {
     "leasekeeper.backends.urls",
     "leasekeeper.backends.rebuild",
     "leasekeeper.backends.sqs_http",
+    "leasekeeper.backends.sigv4",
+    "leasekeeper.backends.keepalive",
 }
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)[^)]*\)")
 
