@@ -345,6 +345,10 @@ _FOREIGN_NAMES = {
     "baggage": "W3C Baggage: the header of name=value pairs",
     "extract": "opentelemetry.propagate.extract",
     "services": "botocore: a [services ...] section of the shared config file",
+    "secret_key": "botocore: ReadOnlyCredentials.secret_key",
+    "email": "the standard library's email package (http.client parses headers with it)",
+    "sendall": "socket.socket.sendall",
+    "recv": "socket.socket.recv",
 }
 _ENTRY_POINT = re.compile(r"\b(leasekeeper(?:\.\w+)*):(\w+)")
 _CITED = re.compile(r"``((?:[A-Za-z_]\w*\.)*)([a-z_][a-z0-9_]*)(\([^`]*\))?``")
