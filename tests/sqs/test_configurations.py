@@ -99,12 +99,14 @@ class Matrix:
     moto: str
     tmp: Path
     runs: Path
+    environment: dict[str, str]  # os.environ as the main thread saw it
+    admin: Any  # a boto3 client on moto, shared by the pool's threads
     results: dict[str, Future[Outcome]] = field(default_factory=dict)
 
 
-def base_env(tmp: Path, runs: Path) -> dict[str, str]:
-    """This environment without any AWS setting of the machine's (files included)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+def base_env(environment: dict[str, str], tmp: Path, runs: Path) -> dict[str, str]:
+    """``environment`` without any AWS setting of the machine's (files included)."""
+    env = {k: v for k, v in environment.items() if not k.startswith("AWS_")}
     env.update(
         PYTHONPATH=str(REPO),
         AWS_EC2_METADATA_DISABLED="true",
@@ -129,10 +131,11 @@ def write_profile(tmp: Path, moto: str) -> dict[str, str]:
     }
 
 
-def arrange(cell: Cell, moto: str, tmp: Path, proxy: str) -> tuple[dict[str, Any], dict[str, str]]:
+def arrange(
+    cell: Cell, admin: Any, moto: str, tmp: Path, proxy: str
+) -> tuple[dict[str, Any], dict[str, str]]:
     """(what the cell runner builds, the environment it runs in) for ``cell``; the
-    queue is made here, with the cell's name as its one message."""
-    admin = make_client(moto)
+    queue is made here (through ``admin``), with the cell's name as its one message."""
     queue = f"m-{cell.name.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
     url: str = admin.create_queue(QueueName=queue, Attributes={"VisibilityTimeout": "2"})[
         "QueueUrl"
@@ -181,9 +184,16 @@ def arrange(cell: Cell, moto: str, tmp: Path, proxy: str) -> tuple[dict[str, Any
     return spec, env
 
 
-def run_cells(cells: list[Cell], moto: str, tmp: Path, runs: Path) -> list[Outcome]:
+def run_cells(cells: list[Cell], found: Matrix) -> list[Outcome]:
     """Run ``cells`` in one process (one Spark session for the Spark cells; else
-    one cell): a proxy for each proxy row, its counts read after."""
+    one cell): a proxy for each proxy row, its counts read after.
+
+    This runs in a pool thread while pytest goes on in the main one, setting and
+    deleting PYTEST_CURRENT_TEST: nothing here may iterate ``os.environ`` (a key
+    deleted meanwhile is a KeyError), so the environment is the fixture's snapshot
+    and the one admin client was built in the main thread (building a boto3
+    client reads every variable for proxies)."""
+    moto, tmp, runs, admin = found.moto, found.tmp, found.runs, found.admin
     with contextlib.ExitStack() as stack:
         proxies = [
             stack.enter_context(FaultProxyProcess(moto, error_rate=0.0))
@@ -195,15 +205,15 @@ def run_cells(cells: list[Cell], moto: str, tmp: Path, runs: Path) -> list[Outco
         for cell, proxy in zip(cells, proxies, strict=True):
             own = tmp / cell.name
             own.mkdir()
-            arranged.append((*arrange(cell, moto, own, proxy.url), own))
-        env = {**base_env(arranged[0][2], runs), **arranged[0][1]}
+            arranged.append((*arrange(cell, admin, moto, own, proxy.url), own))
+        env = {**base_env(found.environment, arranged[0][2], runs), **arranged[0][1]}
         output = _run(cells[0], [spec for spec, _, _ in arranged], env, arranged[0][2])
         proxied = [p.stats()["forwarded"].get("ChangeMessageVisibilityBatch", 0) for p in proxies]
     outcomes = []
     for index, (cell, (spec, _, _)) in enumerate(zip(cells, arranged, strict=True)):
-        attributes = make_client(moto).get_queue_attributes(
-            QueueUrl=spec["admin_url"], AttributeNames=["All"]
-        )["Attributes"]
+        attributes = admin.get_queue_attributes(QueueUrl=spec["admin_url"], AttributeNames=["All"])[
+            "Attributes"
+        ]
         left = (
             int(attributes["ApproximateNumberOfMessages"]),
             int(attributes["ApproximateNumberOfMessagesNotVisible"]),
@@ -273,7 +283,7 @@ def matrix(
     """Every selected cell started at once (SIDE_BY_SIDE at a time, Spark's first),
     each test waiting for its own."""
     tmp = tmp_path_factory.mktemp("configurations")
-    found = Matrix(moto_endpoint, tmp, tmp / "runs")
+    found = Matrix(moto_endpoint, tmp, tmp / "runs", dict(os.environ), make_client(moto_endpoint))
     selected = {item.name for item in request.session.items}
     chosen = [c for c in CELLS if f"{RUN_CELL}[{c.name}]" in selected]
     # The Spark cells share one session (their rows give the same environment), the
@@ -283,7 +293,7 @@ def matrix(
     batches = [spark] + [[c] for c in chosen if c.entry != "spark"]
     with ThreadPoolExecutor(SIDE_BY_SIDE) as pool:
         for batch in filter(None, batches):
-            ran = pool.submit(run_cells, batch, moto_endpoint, tmp, found.runs)
+            ran = pool.submit(run_cells, batch, found)
             for index, cell in enumerate(batch):
                 found.results[cell.name] = _nth(ran, index)
         yield found
