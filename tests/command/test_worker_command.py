@@ -259,6 +259,20 @@ def test_an_unknown_queue_exits_2_before_any_receive(moto_endpoint: str, workdir
     assert "QueueDoesNotExist" in line and "check the queue URL, the region" in line
 
 
+def test_an_unknown_queue_given_by_queue_is_named_by_its_url(
+    moto_endpoint: str, workdir: Path
+) -> None:
+    there = f"{moto_endpoint}/123456789012/" + "there-" + uuid.uuid4().hex[:8]
+    make_client(moto_endpoint).create_queue(QueueName=there.rsplit("/", 1)[1])
+    missing = f"{moto_endpoint}/123456789012/no-such-queue-{uuid.uuid4().hex[:8]}"
+    args = ("jobs:handle", "--queue", there, "--queue", missing)
+    result = run_command(moto_endpoint, workdir, *args)
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"leasekeeper worker: error: the queue {missing} cannot be used: ")
+    assert "QueueDoesNotExist" in line and "check the URL" in line
+
+
 # ------------------------------------------------------------------ errors: exit 2, one line
 
 

@@ -458,7 +458,8 @@ def check_queue(args: argparse.Namespace, backend: Backend) -> None:
             "sqs": args.sqs,
             "mns": " ".join(args.mns or ()),
             "azure": args.azure,
-            "queue": getattr(backend, "url", None) or repr(backend),
+            # The URL the user gave (an SQS backend keeps it; others name their queue).
+            "queue": getattr(backend, "queue_url", None) or repr(backend),
         }[kind]
         raise UsageError(
             f"the queue {where} cannot be used: {one_line(exc)} ({QUEUE_HINTS[kind]})"
