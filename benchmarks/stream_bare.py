@@ -14,7 +14,11 @@ measured in the same run, and where the stream's time went: per micro-batch,
 Spark's own timings (``latestOffset``: the reader's wait for a batch;
 ``walCommit``: the offset log and the commit of the batch before, its deletes;
 ``addBatch``: the batch's job), and from the journal the messages the reader
-held (received, not yet deleted) and moto's mean time per ReceiveMessage.
+held (received, not yet deleted), moto's mean time per ReceiveMessage and its
+CPU time per message (on Linux, from /proc). moto's ReceiveMessage costs CPU in
+proportion to every message in the queue, hidden ones included (it recounts the
+queue's attributes for each message it hands out), so what the reader holds
+makes each of its receives dearer.
 
 To compare two versions of ``leasekeeper``, run this once per version,
 alternated, with ``PYTHONPATH`` naming the other version's ``src`` first.
@@ -47,6 +51,26 @@ def held(requests: list[Request]) -> tuple[float, int]:
             deleted += request.messages
         counts.append(received - deleted)
     return (sum(counts) / len(counts), max(counts)) if counts else (0.0, 0)
+
+
+def moto_cpu() -> float | None:
+    """CPU seconds moto's server process (this process's child) has used; None off Linux."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            cmdline = (stat.parent / "cmdline").read_bytes()
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if b"benchmarks.moto_journal" in cmdline and int(fields[1]) == os.getpid():
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return None
+
+
+def with_moto_cpu(figures: dict[str, Any], before: float | None, count: int) -> dict[str, Any]:
+    after = moto_cpu()
+    if before is not None and after is not None:
+        figures["moto_cpu_ms_per_message"] = (after - before) * 1000 / count
+    return figures
 
 
 def stream(
@@ -105,8 +129,14 @@ def main() -> None:
         client = sqs_client(endpoint)
         stream(spark, client, endpoint, journal, where, count=20)  # warm-up
         for n in range(args.rounds):
-            bare = bare_loop(client, args.backlog, journal)
-            streamed = stream(spark, client, endpoint, journal, where, count=args.backlog)
+            before = moto_cpu()
+            bare = with_moto_cpu(bare_loop(client, args.backlog, journal), before, args.backlog)
+            before = moto_cpu()
+            streamed = with_moto_cpu(
+                stream(spark, client, endpoint, journal, where, count=args.backlog),
+                before,
+                args.backlog,
+            )
             share = streamed["steady"] / bare["steady"]
             rounds.append({"bare": bare, "stream": streamed, "ratio": share})
             print(
@@ -116,13 +146,19 @@ def main() -> None:
                 f"{streamed['receive_seconds'] * 1000:.0f} ms a ReceiveMessage; "
                 f"{streamed['completed']}/{args.backlog} in the sink, {streamed['left']} left) "
                 f"/ bare loop {bare['steady']:.1f} msg/s "
-                f"({bare['receive_seconds'] * 1000:.0f} ms a ReceiveMessage) = {share:.2f}x",
+                f"({bare['receive_seconds'] * 1000:.0f} ms a ReceiveMessage) = {share:.2f}x; "
+                f"moto's CPU a message: stream {_ms(streamed)}, bare {_ms(bare)}",
                 flush=True,
             )
             for rows, durations in streamed["batches"]:
                 print(f"    batch of {rows}: {durations}", flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(rounds, default=str, indent=1))
+
+
+def _ms(figures: dict[str, Any]) -> str:
+    value = figures.get("moto_cpu_ms_per_message")
+    return "?" if value is None else f"{value:.1f} ms"
 
 
 if __name__ == "__main__":
