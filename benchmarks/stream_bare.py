@@ -14,11 +14,12 @@ measured in the same run, and where the stream's time went: per micro-batch,
 Spark's own timings (``latestOffset``: the reader's wait for a batch;
 ``walCommit``: the offset log and the commit of the batch before, its deletes;
 ``addBatch``: the batch's job), and from the journal the messages the reader
-held (received, not yet deleted), moto's mean time per ReceiveMessage and its
-CPU time per message (on Linux, from /proc). moto's ReceiveMessage costs CPU in
-proportion to every message in the queue, hidden ones included (it recounts the
-queue's attributes for each message it hands out), so what the reader holds
-makes each of its receives dearer.
+held (received, not yet deleted), moto's mean time per ReceiveMessage, and
+the CPU time per message of moto's process, Spark's JVM, Spark's Python
+processes (the reader's among them) and this process (on Linux, from /proc).
+moto's ReceiveMessage costs CPU in proportion to every message in the queue,
+hidden ones included (it recounts the queue's attributes for each message it
+hands out), so what the reader holds makes each of its receives dearer.
 
 To compare two versions of ``leasekeeper``, run this once per version,
 alternated, with ``PYTHONPATH`` naming the other version's ``src`` first.
@@ -31,6 +32,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,23 +55,57 @@ def held(requests: list[Request]) -> tuple[float, int]:
     return (sum(counts) / len(counts), max(counts)) if counts else (0.0, 0)
 
 
-def moto_cpu() -> float | None:
-    """CPU seconds moto's server process (this process's child) has used; None off Linux."""
+def cpu_seconds() -> dict[str, float] | None:
+    """CPU seconds used so far, by group: ``moto`` (its server process), ``jvm``
+    (Spark's JVM), ``python`` (Spark's Python processes: workers and the stream's
+    reader) and ``bench`` (this process: the bare loop's client); reaped processes
+    count in their parent's group. None off Linux."""
+    stats: dict[int, list[str]] = {}
+    commands: dict[int, bytes] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            cmdline = (stat.parent / "cmdline").read_bytes()
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            commands[int(stat.parent.name)] = (stat.parent / "cmdline").read_bytes()
+            stats[int(stat.parent.name)] = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if b"benchmarks.moto_journal" in cmdline and int(fields[1]) == os.getpid():
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return None
+    me = os.getpid()
+    if me not in stats:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    tick = os.sysconf("SC_CLK_TCK")
+    used = dict.fromkeys(CPU_GROUPS, 0.0)
+    todo = [me]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        fields, command = stats[pid], commands.get(pid, b"")
+        seconds = sum(int(field) for field in fields[11:15]) / tick  # own and reaped
+        if pid == me:
+            group = "bench"
+        elif b"benchmarks.moto_journal" in command:
+            group = "moto"
+        elif command.split(b"\0", 1)[0].endswith(b"java"):
+            group = "jvm"
+        else:
+            group = "python"
+        used[group] += seconds
+    return used
 
 
-def with_moto_cpu(figures: dict[str, Any], before: float | None, count: int) -> dict[str, Any]:
-    after = moto_cpu()
+CPU_GROUPS = ("moto", "jvm", "python", "bench")
+
+
+def measured(run: Callable[[], dict[str, Any]], count: int) -> dict[str, Any]:
+    """``run()``'s figures, with the CPU milliseconds per message of each group."""
+    before = cpu_seconds()
+    figures = run()
+    after = cpu_seconds()
     if before is not None and after is not None:
-        figures["moto_cpu_ms_per_message"] = (after - before) * 1000 / count
+        figures["cpu_ms_per_message"] = {
+            group: (after[group] - before[group]) * 1000 / count for group in CPU_GROUPS
+        }
     return figures
 
 
@@ -129,12 +165,9 @@ def main() -> None:
         client = sqs_client(endpoint)
         stream(spark, client, endpoint, journal, where, count=20)  # warm-up
         for n in range(args.rounds):
-            before = moto_cpu()
-            bare = with_moto_cpu(bare_loop(client, args.backlog, journal), before, args.backlog)
-            before = moto_cpu()
-            streamed = with_moto_cpu(
-                stream(spark, client, endpoint, journal, where, count=args.backlog),
-                before,
+            bare = measured(lambda: bare_loop(client, args.backlog, journal), args.backlog)
+            streamed = measured(
+                lambda: stream(spark, client, endpoint, journal, where, count=args.backlog),
                 args.backlog,
             )
             share = streamed["steady"] / bare["steady"]
@@ -147,7 +180,7 @@ def main() -> None:
                 f"{streamed['completed']}/{args.backlog} in the sink, {streamed['left']} left) "
                 f"/ bare loop {bare['steady']:.1f} msg/s "
                 f"({bare['receive_seconds'] * 1000:.0f} ms a ReceiveMessage) = {share:.2f}x; "
-                f"moto's CPU a message: stream {_ms(streamed)}, bare {_ms(bare)}",
+                f"CPU ms a message: stream {_ms(streamed)}; bare {_ms(bare)}",
                 flush=True,
             )
             for rows, durations in streamed["batches"]:
@@ -157,8 +190,10 @@ def main() -> None:
 
 
 def _ms(figures: dict[str, Any]) -> str:
-    value = figures.get("moto_cpu_ms_per_message")
-    return "?" if value is None else f"{value:.1f} ms"
+    cpu = figures.get("cpu_ms_per_message")
+    if cpu is None:
+        return "?"
+    return ", ".join(f"{group} {cpu[group]:.1f}" for group in CPU_GROUPS if cpu[group] >= 0.05)
 
 
 if __name__ == "__main__":
