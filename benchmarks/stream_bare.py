@@ -1,6 +1,6 @@
 """``read_stream`` against a bare boto3 loop on one local Spark session, A/B-ready.
 
-``python -m benchmarks.stream_bare [--rounds N] [--backlog N] [--json PATH]``
+``python -m benchmarks.stream_bare [--rounds N] [--backlog N] [--fill-seconds S] [--json PATH]``
 
 Measure 12's "against the bare loop" row for the stream without the standalone
 cluster (the reader runs in the driver's process either way; executors only
@@ -110,7 +110,14 @@ def measured(run: Callable[[], dict[str, Any]], count: int) -> dict[str, Any]:
 
 
 def stream(
-    spark: Any, client: Any, endpoint: str, journal: Path, where: Path, *, count: int
+    spark: Any,
+    client: Any,
+    endpoint: str,
+    journal: Path,
+    where: Path,
+    *,
+    count: int,
+    fill_seconds: float = 2.0,
 ) -> Any:
     from leasekeeper.spark import read_stream
 
@@ -123,6 +130,7 @@ def stream(
         partitions=2,
         receive_concurrency=1,  # moto's ReceiveMessage takes no lock: one at a time
         max_messages_per_batch=STREAM_BATCH,
+        fill_seconds=fill_seconds,
     )
     begin = mark(journal)
     query = (
@@ -152,6 +160,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stream_bare", description=__doc__)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--backlog", type=int, default=400)
+    parser.add_argument(
+        "--fill-seconds", type=float, default=2.0, help="read_stream's fill_seconds (default 2)"
+    )
     parser.add_argument("--json", type=Path, help="write every round's figures there")
     args = parser.parse_args()
     import leasekeeper
@@ -167,7 +178,15 @@ def main() -> None:
         for n in range(args.rounds):
             bare = measured(lambda: bare_loop(client, args.backlog, journal), args.backlog)
             streamed = measured(
-                lambda: stream(spark, client, endpoint, journal, where, count=args.backlog),
+                lambda: stream(
+                    spark,
+                    client,
+                    endpoint,
+                    journal,
+                    where,
+                    count=args.backlog,
+                    fill_seconds=args.fill_seconds,
+                ),
                 args.backlog,
             )
             share = streamed["steady"] / bare["steady"]

@@ -22,7 +22,7 @@ and for each micro-batch
 2. ``plan(start, end)`` turns the batches in ``(start, end]`` into rows, split
    into ``partitions`` lists (executors only emit them); a lease already lost
    gives no row (its message comes back and is read again);
-3. the messages of every batch up to ``start`` are deleted with
+3. the messages of every batch up to ``start`` that Spark planned are deleted with
    ``LeaseManager.complete_many`` (batch calls, up to ``receive_concurrency``
    of them in parallel) as soon as Spark asks for the batch after them, at the
    start of ``latest_offset(start)``: Spark's micro-batch loop asks for the
