@@ -1,6 +1,6 @@
 """``read_stream`` against a bare boto3 loop on one local Spark session, A/B-ready.
 
-``python -m benchmarks.stream_bare [--rounds N] [--backlog N] [--json PATH]``
+``python -m benchmarks.stream_bare [--rounds N] [--backlog N] [--fill-seconds S] [--json PATH]``
 
 Measure 12's "against the bare loop" row for the stream without the standalone
 cluster (the reader runs in the driver's process either way; executors only
@@ -14,7 +14,12 @@ measured in the same run, and where the stream's time went: per micro-batch,
 Spark's own timings (``latestOffset``: the reader's wait for a batch;
 ``walCommit``: the offset log and the commit of the batch before, its deletes;
 ``addBatch``: the batch's job), and from the journal the messages the reader
-held (received, not yet deleted) and moto's mean time per ReceiveMessage.
+held (received, not yet deleted), moto's mean time per ReceiveMessage, and
+the CPU time per message of moto's process, Spark's JVM, Spark's Python
+processes (the reader's among them) and this process (on Linux, from /proc).
+moto's ReceiveMessage costs CPU in proportion to every message in the queue,
+hidden ones included (it recounts the queue's attributes for each message it
+hands out), so what the reader holds makes each of its receives dearer.
 
 To compare two versions of ``leasekeeper``, run this once per version,
 alternated, with ``PYTHONPATH`` naming the other version's ``src`` first.
@@ -27,6 +32,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +55,69 @@ def held(requests: list[Request]) -> tuple[float, int]:
     return (sum(counts) / len(counts), max(counts)) if counts else (0.0, 0)
 
 
+def cpu_seconds() -> dict[str, float] | None:
+    """CPU seconds used so far, by group: ``moto`` (its server process), ``jvm``
+    (Spark's JVM), ``python`` (Spark's Python processes: workers and the stream's
+    reader) and ``bench`` (this process: the bare loop's client); reaped processes
+    count in their parent's group. None off Linux."""
+    stats: dict[int, list[str]] = {}
+    commands: dict[int, bytes] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            commands[int(stat.parent.name)] = (stat.parent / "cmdline").read_bytes()
+            stats[int(stat.parent.name)] = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+    me = os.getpid()
+    if me not in stats:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    tick = os.sysconf("SC_CLK_TCK")
+    used = dict.fromkeys(CPU_GROUPS, 0.0)
+    todo = [me]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        fields, command = stats[pid], commands.get(pid, b"")
+        seconds = sum(int(field) for field in fields[11:15]) / tick  # own and reaped
+        if pid == me:
+            group = "bench"
+        elif b"benchmarks.moto_journal" in command:
+            group = "moto"
+        elif command.split(b"\0", 1)[0].endswith(b"java"):
+            group = "jvm"
+        else:
+            group = "python"
+        used[group] += seconds
+    return used
+
+
+CPU_GROUPS = ("moto", "jvm", "python", "bench")
+
+
+def measured(run: Callable[[], dict[str, Any]], count: int) -> dict[str, Any]:
+    """``run()``'s figures, with the CPU milliseconds per message of each group."""
+    before = cpu_seconds()
+    figures = run()
+    after = cpu_seconds()
+    if before is not None and after is not None:
+        figures["cpu_ms_per_message"] = {
+            group: (after[group] - before[group]) * 1000 / count for group in CPU_GROUPS
+        }
+    return figures
+
+
 def stream(
-    spark: Any, client: Any, endpoint: str, journal: Path, where: Path, *, count: int
+    spark: Any,
+    client: Any,
+    endpoint: str,
+    journal: Path,
+    where: Path,
+    *,
+    count: int,
+    fill_seconds: float = 2.0,
 ) -> Any:
     from leasekeeper.spark import read_stream
 
@@ -63,6 +130,7 @@ def stream(
         partitions=2,
         receive_concurrency=1,  # moto's ReceiveMessage takes no lock: one at a time
         max_messages_per_batch=STREAM_BATCH,
+        fill_seconds=fill_seconds,
     )
     begin = mark(journal)
     query = (
@@ -92,6 +160,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stream_bare", description=__doc__)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--backlog", type=int, default=400)
+    parser.add_argument(
+        "--fill-seconds", type=float, default=2.0, help="read_stream's fill_seconds (default 2)"
+    )
     parser.add_argument("--json", type=Path, help="write every round's figures there")
     args = parser.parse_args()
     import leasekeeper
@@ -105,8 +176,19 @@ def main() -> None:
         client = sqs_client(endpoint)
         stream(spark, client, endpoint, journal, where, count=20)  # warm-up
         for n in range(args.rounds):
-            bare = bare_loop(client, args.backlog, journal)
-            streamed = stream(spark, client, endpoint, journal, where, count=args.backlog)
+            bare = measured(lambda: bare_loop(client, args.backlog, journal), args.backlog)
+            streamed = measured(
+                lambda: stream(
+                    spark,
+                    client,
+                    endpoint,
+                    journal,
+                    where,
+                    count=args.backlog,
+                    fill_seconds=args.fill_seconds,
+                ),
+                args.backlog,
+            )
             share = streamed["steady"] / bare["steady"]
             rounds.append({"bare": bare, "stream": streamed, "ratio": share})
             print(
@@ -116,13 +198,21 @@ def main() -> None:
                 f"{streamed['receive_seconds'] * 1000:.0f} ms a ReceiveMessage; "
                 f"{streamed['completed']}/{args.backlog} in the sink, {streamed['left']} left) "
                 f"/ bare loop {bare['steady']:.1f} msg/s "
-                f"({bare['receive_seconds'] * 1000:.0f} ms a ReceiveMessage) = {share:.2f}x",
+                f"({bare['receive_seconds'] * 1000:.0f} ms a ReceiveMessage) = {share:.2f}x; "
+                f"CPU ms a message: stream {_ms(streamed)}; bare {_ms(bare)}",
                 flush=True,
             )
             for rows, durations in streamed["batches"]:
                 print(f"    batch of {rows}: {durations}", flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(rounds, default=str, indent=1))
+
+
+def _ms(figures: dict[str, Any]) -> str:
+    cpu = figures.get("cpu_ms_per_message")
+    if cpu is None:
+        return "?"
+    return ", ".join(f"{group} {cpu[group]:.1f}" for group in CPU_GROUPS if cpu[group] >= 0.05)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """StreamDriver, the driver-side half of read_stream, on MemoryQueue (no Spark needed).
 
-Offsets, the empty batch that gets the last one committed, replays and restarts,
+Offsets, deletes when Spark asks for the next batch, replays and restarts,
 admission control, Trigger.AvailableNow, lost leases, stop and SIGTERM.
 """
 
@@ -66,7 +66,9 @@ def ids(parts: list[list[tuple[Any, ...]]]) -> list[str]:
     return [row[0] for part in parts for row in part]
 
 
-def test_batches_are_planned_from_start_and_deleted_on_commit(make_driver: Any) -> None:
+def test_batches_are_planned_from_start_and_deleted_when_the_next_is_asked_for(
+    make_driver: Any,
+) -> None:
     queue = MemoryQueue(30)
     sent = queue.send_many([f"job-{n}" for n in range(25)])
     # No receiving ahead, so the queue's in-flight count is exactly what batches hold.
@@ -80,12 +82,13 @@ def test_batches_are_planned_from_start_and_deleted_on_commit(make_driver: Any) 
     assert row["body"].startswith("job-") and row["body_binary"] is None
     assert row["receive_count"] == 1 and row["batch"] == 1 and row["attributes"] == {}
     assert queue.in_flight_count() == 10
-    # The next batch is planned while the first is still held; the commit of the
-    # first deletes exactly its messages.
+    # Spark asks for the next batch once the sink has the first: that deletes
+    # exactly the first's messages; its commit, later, has nothing left to delete.
     assert driver.latest_offset(B(1)) == B(2)
+    assert len(queue) == 15 and driver.counts.deleted == 10
     driver.commit(B(1))
     assert len(queue) == 15 and driver.counts.deleted == 10
-    assert driver.held() == 10
+    assert driver.held() == 10 and queue.calls["delete"] == 1
     # Offsets keep growing from whatever start Spark hands back.
     assert driver.latest_offset(B(2)) == B(3)
     assert len(ids(driver.plan(B(2), B(3)))) == 5
@@ -93,7 +96,7 @@ def test_batches_are_planned_from_start_and_deleted_on_commit(make_driver: Any) 
     assert len(queue) == 0 and driver.counts.deleted == 25
 
 
-def test_an_idle_queue_gets_one_empty_batch_so_the_last_one_is_committed(
+def test_the_last_batch_of_a_burst_is_deleted_with_no_batch_after_it(
     make_driver: Any,
 ) -> None:
     queue = MemoryQueue(30)
@@ -101,15 +104,11 @@ def test_an_idle_queue_gets_one_empty_batch_so_the_last_one_is_committed(
     driver = make_driver(queue)
     assert driver.latest_offset(B(7)) == B(8)
     assert len(ids(driver.plan(B(7), B(8)))) == 3
-    # Nothing new, but batch 8 is not committed: an empty batch 9, so Spark commits 8.
-    assert driver.latest_offset(B(8)) == B(9)
-    assert driver.plan(B(8), B(9)) == []
-    driver.commit(B(8))
-    assert len(queue) == 0
-    # Nothing new and nothing held: start itself, so Spark plans no batch.
-    start = {"batch": 9}
+    # Nothing new: start itself, so Spark plans no batch (and would never commit
+    # batch 8); asking was enough to delete batch 8.
+    start = {"batch": 8}
     assert driver.latest_offset(start) is start
-    assert driver.counts.empty_batches == 1
+    assert len(queue) == 0 and driver.counts.deleted == 3 and driver.held() == 0
 
 
 def test_offsets_this_driver_never_held_plan_nothing_and_commit_nothing(
@@ -173,7 +172,8 @@ def test_the_next_batch_is_received_and_leased_while_spark_runs_this_one(
         backend.gate.set()
     second = set(ids(driver.plan(B(1), B(2))))
     assert len(second) == 10 and not first & second
-    # A commit deletes its batch only: what is leased ahead is in no batch yet.
+    # Asking for batch 2 deleted batch 1 only: what is leased ahead is in no batch yet.
+    assert len(queue) == 20 and driver.counts.deleted == 10
     driver.commit(B(1))
     assert len(queue) == 20 and driver.counts.deleted == 10
     wait_for(lambda: queue.in_flight_count() == 20, what="the next 10 leased ahead")
@@ -314,10 +314,8 @@ def test_available_now_ends_at_a_round_of_messages_sent_after_it_began(
     assert driver.latest_offset(B(1)) == B(2)  # new-1, new-2 are taken, and end the run
     assert sorted(row[1] for row in driver.plan(B(1), B(2))[0]) == ["new-1", "new-2"]
     queue.send_many(["old-3"])  # what comes after the end waits for the next run
-    assert driver.latest_offset(B(2)) == B(3)  # the empty batch that commits batch 2
-    driver.commit(B(2))
-    assert driver.latest_offset(B(3)) == B(3)
-    assert len(queue) == 1
+    assert driver.latest_offset(B(2)) == B(2)  # the end; batch 2 deleted by the asking
+    assert len(queue) == 1 and driver.counts.deleted == 4
 
 
 class FailingReceives(ForwardingBackend):
@@ -374,6 +372,8 @@ def test_stop_releases_everything_not_committed(make_driver: Any) -> None:
     driver.latest_offset(B(1))
     driver.commit(B(1))
     driver.latest_offset(B(2))  # taken, never planned
+    # Nor does asking for batch 4 delete batch 3: Spark never asked for its rows.
+    driver.latest_offset(B(3))
     assert queue.in_flight_count() == 7
     assert driver.stop() is True
     assert queue.visible_count() == 7 and len(queue) == 7
@@ -415,7 +415,8 @@ SIGTERM_SCRIPT = textwrap.dedent(
     driver = StreamDriver(options, backend=SlowSecondReceive(SQSBackend(client, url)))
     assert install_sigterm_handler(lambda: driver)
     # The second receive is the reader's receiving ahead while batch 1 "runs" (or
-    # the one batch 2 waits for): SIGTERM comes while it is under way.
+    # the one batch 2 waits for, once asking for it deleted batch 1): SIGTERM comes
+    # while it is under way.
     driver.latest_offset({"batch": 0})
     driver.plan({"batch": 0}, {"batch": 1})
     driver.latest_offset({"batch": 1})
@@ -462,10 +463,13 @@ def test_sigterm_waits_for_a_receive_under_way_then_releases_everything(
     out = "\n".join(lines) + "\n" + out
     assert proc.returncode == -signal.SIGTERM, out
     assert "survived" not in out
-    assert "'received': 11" in out and "'released': 11" in out, out
+    # Batch 1 went when batch 2 was asked for; the late one, received by the
+    # receive under way, is released.
+    assert "'received': 11" in out and "'deleted': 10" in out, out
+    assert "'released': 1}" in out, out
     attributes = client.get_queue_attributes(
         QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"]
     )["Attributes"]
-    # Visible at once, though each receive hid its message for 60 s.
-    assert int(attributes["ApproximateNumberOfMessages"]) == 11, out
-    assert queue_depth(client, url) == 11
+    # Visible at once, though its receive hid it for 60 s.
+    assert int(attributes["ApproximateNumberOfMessages"]) == 1, out
+    assert queue_depth(client, url) == 1

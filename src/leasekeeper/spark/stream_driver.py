@@ -22,12 +22,16 @@ and for each micro-batch
 2. ``plan(start, end)`` turns the batches in ``(start, end]`` into rows, split
    into ``partitions`` lists (executors only emit them); a lease already lost
    gives no row (its message comes back and is read again);
-3. ``commit(end)`` deletes every batch up to ``end`` with
+3. the messages of every batch up to ``start`` that Spark planned are deleted with
    ``LeaseManager.complete_many`` (batch calls, up to ``receive_concurrency``
-   of them in parallel). Spark calls it while planning the
-   *next* batch, after the sink committed this one. So that the last batch of a
-   burst is committed too, ``latest_offset`` asks for one empty batch when it
-   received nothing but still holds an uncommitted batch.
+   of them in parallel) as soon as Spark asks for the batch after them, at the
+   start of ``latest_offset(start)``: Spark's micro-batch loop asks for the
+   next batch only after it ran the one ending at ``start`` through the sink
+   and wrote its commit log. ``commit(end)``, which Spark sends later (after
+   the next batch is named and its offsets logged), deletes what is left up to
+   ``end`` (nothing, or deletes that failed). Deleting at ``commit`` would keep
+   a finished batch's messages hidden while the next batch fills, and the last
+   batch of a burst would need an empty batch after it to be committed at all.
 4. ``stop()`` releases every lease not committed, buffered ones included
    (visibility 0), and closes the manager.
 
@@ -104,7 +108,6 @@ class StreamCounts:
     lost_at_commit: int = 0  # rows emitted whose lease was lost before the commit
     delete_failed: int = 0  # deletes that failed (retried at the next commit, and at stop)
     released: int = 0  # leases released by stop
-    empty_batches: int = 0  # empty batches asked for so Spark commits the one before
 
 
 class StreamDriver:
@@ -123,6 +126,7 @@ class StreamDriver:
         # thread outside stop(): a signal handler there may need it.
         self._lock = threading.Lock()
         self._batches: dict[int, list[Lease]] = {}
+        self._planned: set[int] = set()  # batches held whose rows Spark has asked for
         self._retry: list[Lease] = []  # committed by the sink, delete failed
         self._idle = threading.Event()  # set while no operation is under way
         self._idle.set()
@@ -160,7 +164,8 @@ class StreamDriver:
 
     def latest_offset(self, start: Mapping[str, Any], max_rows: int | None = None) -> Any:
         """The next batch: ``start + 1`` with its messages leased, or ``start`` itself
-        when there is nothing new and nothing left to commit."""
+        when there is nothing new. The batches up to ``start`` are deleted first:
+        Spark asks for the next batch only after the sink has them."""
         first = batch_of(start)
         want = self.options.max_messages_per_batch
         if max_rows is not None:
@@ -174,9 +179,10 @@ class StreamDriver:
         return self._run(lambda: self._plan(first, last))
 
     def commit(self, end: Mapping[str, Any]) -> None:
-        """Delete the messages of every batch up to ``end``: the sink has them."""
+        """Delete the messages of every batch up to ``end`` still held: the sink has
+        them (usually ``latest_offset`` deleted them already)."""
         last = batch_of(end)
-        self._run(lambda: self._commit(last))
+        self._run(lambda: self._delete_through(last))
 
     def held(self) -> int:
         """Leases held for batches not committed yet (for tests and tools: it takes the
@@ -216,18 +222,16 @@ class StreamDriver:
         with self._lock:
             if self._batches.get(first + 1):
                 return first + 1  # asked again for the same start: the same batch
-            waiting = any(leases for batch, leases in self._batches.items() if batch <= first)
         _, _, prefetcher = self._start()
+        # Spark asks for the batch after `first` only once the batch ending there has
+        # run through the sink and its commit log is written: its messages go now,
+        # not held through this batch's fill wait until Spark's commit(first). Only
+        # batches Spark planned: one it never asked rows of waits for its commit.
+        self._delete_through(first, planned_only=True)
         leases = prefetcher.take(want)
         with self._lock:
             if leases:
                 self._batches[first + 1] = leases
-                return first + 1
-            if waiting and not self._stopping:
-                # Spark commits a batch only while planning the next one: without this
-                # empty one, the last batch of a burst would stay hidden, uncommitted.
-                self._batches[first + 1] = []
-                self.counts.empty_batches += 1
                 return first + 1
         return first
 
@@ -260,6 +264,7 @@ class StreamDriver:
             for batch, leases in kept.items():
                 if batch in self._batches:  # only what gave a row is deleted at commit
                     self._batches[batch] = leases
+                    self._planned.add(batch)
             self.counts.emitted += len(rows)
             self.counts.dropped += dropped
         if dropped:
@@ -281,10 +286,17 @@ class StreamDriver:
             at += step
         return out
 
-    def _commit(self, last: int) -> None:
+    def _delete_through(self, last: int, planned_only: bool = False) -> None:
+        """Delete the messages of the batches up to ``last`` (only those planned, with
+        ``planned_only``), and those whose delete failed before: the sink has them."""
         with self._lock:
-            done = sorted(batch for batch in self._batches if batch <= last)
+            done = sorted(
+                batch
+                for batch in self._batches
+                if batch <= last and (batch in self._planned or not planned_only)
+            )
             leases = [lease for batch in done for lease in self._batches.pop(batch)]
+            self._planned.difference_update(done)
             leases += self._retry
             self._retry = []
         if not leases or self._manager is None:
@@ -316,7 +328,7 @@ class StreamDriver:
         if log.isEnabledFor(logging.INFO):
             with self._lock:
                 totals = asdict(self.counts)
-            log.info("committed batch(es) up to %d: %d deleted; totals %s", last, deleted, totals)
+            log.info("deleted batch(es) up to %d: %d messages; totals %s", last, deleted, totals)
 
     def _complete(self, leases: list[Lease]) -> list[BaseException | None]:
         """``complete_many`` in up to ``receive_concurrency`` parallel parts, each a
@@ -366,6 +378,7 @@ class StreamDriver:
             with self._lock:
                 self.counts.released += held
                 self._batches.clear()
+                self._planned.clear()
         counts = self.counts
         troubled = counts.lost or counts.dropped or counts.lost_at_commit or counts.delete_failed
         log.log(
