@@ -45,6 +45,10 @@ _MARK_BYTES = MARK.encode()
 #: The first line of an envelope that carries attributes only.
 ATTRIBUTES_MARK = "leasekeeper-attributes/1\n"
 _ATTRIBUTES_MARK_BYTES = ATTRIBUTES_MARK.encode()
+#: What both marks begin with: a body without it has no envelope (one check per message).
+_ENVELOPE = "leasekeeper-"
+_ENVELOPE_BYTES = _ENVELOPE.encode()
+assert MARK.startswith(_ENVELOPE) and ATTRIBUTES_MARK.startswith(_ENVELOPE)
 
 # Messages whose envelope was taken off, and what it carried. Weak: a message
 # forgotten by everyone takes its entry with it.
@@ -116,6 +120,11 @@ def unwrap(message: Message) -> Message:
     if not isinstance(message, Message):
         return message
     body = message.body
+    if isinstance(body, str):
+        if not body.startswith(_ENVELOPE):
+            return message
+    elif not (isinstance(body, bytes) and body.startswith(_ENVELOPE_BYTES)):
+        return message
     if _unwrap_attributes(message):
         return message
     if isinstance(body, str):
