@@ -29,9 +29,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import queue
 import signal
 import threading
+from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
@@ -169,8 +169,8 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
         # The handler threads (no more than ``concurrency``, started as messages come,
-        # kept until run() ends) take (message, lease) from _jobs; None ends one.
-        self._jobs: queue.SimpleQueue[tuple[Message, Lease] | None] = queue.SimpleQueue()
+        # kept until run() ends) take (message, lease) from _jobs.
+        self._jobs = _HandOut()
         self._handlers: list[threading.Thread] = []
         #: The fatal ReceiveError that stopped the worker, if one did.
         self.error: ReceiveError | None = None
@@ -332,18 +332,13 @@ class Worker:
             )
             self._handlers.append(thread)
             thread.start()
-        put = self._jobs.put
-        for job in leased:
-            put(job)
+        self._jobs.put_all(leased)
 
     def _serve(self) -> None:
         """A handler thread: handle the messages handed out, one at a time, until
-        told to end."""
-        jobs = self._jobs
-        while True:
-            job = jobs.get()
-            if job is None:
-                return
+        run() ends."""
+        take = self._jobs.take
+        while (job := take()) is not None:
             try:
                 self._handle(*job)
             except BaseException:  # not the handler's (that is a failure): a bug
@@ -352,11 +347,7 @@ class Worker:
     def _end_handler_threads(self) -> None:
         """run() is over: what still waits for a thread was released at close, so
         drop it; end the threads once they are done."""
-        with contextlib.suppress(queue.Empty):
-            while True:
-                self._jobs.get_nowait()
-        for _ in self._handlers:
-            self._jobs.put(None)
+        self._jobs.close()
         self._handlers = []
 
     def _handle(self, message: Message, lease: Lease) -> None:
@@ -434,3 +425,55 @@ class _Waiting(NamedTuple):
     """What the receive loop waits for (``Wait``)."""
 
     running_at_most: int | None
+
+
+class _HandOut:
+    """The messages a Worker holds that wait for a handler thread, and its idle threads.
+
+    A received batch wakes one idle thread, and a thread that takes a message wakes
+    the next - one wake-up on its way at a time. Quick handlers so drain a batch on
+    the threads already awake (a thread is not woken for a message that a busy one
+    takes a moment later), while slow ones still run ``concurrency`` at once: the
+    wake-ups follow each other until every thread is busy or nothing is left.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._jobs: deque[tuple[Message, Lease]] = deque()
+        self._idle = 0  # threads waiting for a message
+        self._waking = False  # one of them was woken and has not taken one yet
+        self._closed = False
+
+    def put_all(self, jobs: Sequence[tuple[Message, Lease]]) -> None:
+        with self._lock:
+            self._jobs.extend(jobs)
+            self._wake_locked()
+
+    def take(self) -> tuple[Message, Lease] | None:
+        """The next message and its lease, once there is one; None: the worker ended."""
+        with self._lock:
+            while not self._jobs:
+                if self._closed:
+                    return None
+                self._idle += 1
+                try:
+                    self._ready.wait()
+                finally:
+                    self._idle -= 1
+                self._waking = False
+            job = self._jobs.popleft()
+            self._wake_locked()
+            return job
+
+    def close(self) -> None:
+        """Drop what waits (released at the manager's close) and end the threads."""
+        with self._lock:
+            self._jobs.clear()
+            self._closed = True
+            self._ready.notify_all()
+
+    def _wake_locked(self) -> None:
+        if self._jobs and self._idle and not self._waking:
+            self._waking = True
+            self._ready.notify()

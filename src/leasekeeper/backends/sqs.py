@@ -215,42 +215,17 @@ def classify_exception(exc: BaseException) -> tuple[OutcomeKind, str]:
 
 
 def _int_attribute(attributes: object, name: str) -> int | None:
-    value = attributes.get(name) if isinstance(attributes, Mapping) else None
+    # ``type() is dict`` first: the worker's hot path (an ABC check costs more than the rest).
+    if type(attributes) is not dict and not isinstance(attributes, Mapping):
+        return None
+    value = attributes.get(name)
     return int(value) if isinstance(value, (str, int)) and str(value).isdigit() else None
-
-
-def _received(
-    raw: Any, backend: SQSBackend, received_at: float, visibility: float, capped: float | None
-) -> Message | None:
-    """What ``SQSBackend._message`` makes of a received message, made directly where it
-    has the shape SQS sends (a dict of str fields: the worker's hot path); else None."""
-    if type(raw) is not dict:
-        return None
-    message_id, receipt, body = raw.get("MessageId"), raw.get("ReceiptHandle"), raw.get("Body")
-    system = raw.get("Attributes")
-    count = system.get("ApproximateReceiveCount", "1") if type(system) is dict else "1"
-    if not (type(message_id) is str and type(receipt) is str and type(body) is str):
-        return None
-    if not (message_id and receipt and type(count) is str and count.isdigit()):
-        return None
-    return Message(
-        id=message_id,
-        body=body,
-        receipt=receipt,
-        backend=backend,
-        received_at=received_at,
-        visibility_timeout=visibility,
-        receive_count=int(count) or 1,
-        raw=raw,
-        hard_deadline=capped,
-        attributes=_message_attributes(raw) if "MessageAttributes" in raw else None,
-    )
 
 
 def _message_attributes(data: Mapping[str, Any]) -> dict[str, str]:
     """The String and Number MessageAttributes of a message dict, by name."""
     found = data.get("MessageAttributes")
-    if not isinstance(found, Mapping):
+    if not found or not isinstance(found, Mapping):  # mostly none: the cheap check first
         return {}
     return {
         str(name): value["StringValue"]
@@ -454,11 +429,8 @@ class SQSBackend(CloudBackend):
         # Rule 1: the deadline counts from just before the request is sent.
         received_at = self.clock.now()
         response = self.call("receive", lambda: self._hot("ReceiveMessage", params))
-        capped = self.hard_deadline_after(received_at)  # once a call, not once a message
         messages = [
-            _received(raw, self, received_at, vis, capped)
-            or self._message(raw, raw, received_at, vis)
-            for raw in response.get("Messages", [])
+            self._message(raw, raw, received_at, vis) for raw in response.get("Messages", [])
         ]
         if messages:
             log.debug("received %d message(s) from %s", len(messages), self.queue_url)

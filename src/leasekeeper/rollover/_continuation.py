@@ -117,14 +117,9 @@ def unwrap(message: Message) -> Message:
     original's, its attributes the original's where the message has them) and
     remember the lineage. Anything else is left as it is (a wrong type too:
     registering it raises the TypeError that names it). Returns ``message``."""
-    if not isinstance(message, Message):
+    if not isinstance(message, Message) or not _may_carry_envelope(message.body):
         return message
     body = message.body
-    if isinstance(body, str):
-        if not body.startswith(_ENVELOPE):
-            return message
-    elif not (isinstance(body, bytes) and body.startswith(_ENVELOPE_BYTES)):
-        return message
     if _unwrap_attributes(message):
         return message
     if isinstance(body, str):
@@ -148,6 +143,13 @@ def unwrap(message: Message) -> Message:
         setattr(message, "attributes", MappingProxyType(attributes))  # noqa: B010
     _unwrapped[message] = lineage
     return message
+
+
+def _may_carry_envelope(body: object) -> bool:
+    """False for a body without either envelope: one check, as most have none."""
+    if isinstance(body, str):
+        return body.startswith(_ENVELOPE)
+    return isinstance(body, bytes) and body.startswith(_ENVELOPE_BYTES)
 
 
 def _unwrap_attributes(message: Message) -> bool:
