@@ -8,7 +8,7 @@ locally must not burn its invisibility, but a few milliseconds' wait costs
 nothing, and one receive call of ten costs a tenth of ten calls of one. Before a
 receive it waits briefly (``gather``) for more handlers to finish, for the same
 reason. A handler's message is deleted (or released) through the manager's
-coalescer (``complete_soon``): its thread is free as soon as the delete is
+coalescer (``complete_soon_then``): its thread is free as soon as the delete is
 queued, and deletes that arrive together share one batch call.
 
 Shutdown (``stop()``, or SIGTERM/SIGINT while ``run()`` is in the main thread):
