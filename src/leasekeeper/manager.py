@@ -332,6 +332,15 @@ class LeaseManager:
         docs/guide.md, "Coalesced completes"."""
         return self._coalescer().complete(lease)
 
+    def complete_soon_then(
+        self, lease: Lease, then: Callable[[BaseException | None], object]
+    ) -> None:
+        """``complete_soon`` for a caller that only needs the answer: ``then(error)`` is
+        called with it (None, or what ``lease.complete()`` would have raised) on the
+        coalescer's thread, and must not raise or block. No Future is made: what
+        ``Worker`` uses for each message."""
+        self._coalescer().complete_then(lease, then)
+
     def release_soon(self, lease: Lease, delay: float | None = None) -> Future[None]:
         """``release(delay)`` the way ``complete_soon`` completes."""
         return self._coalescer().release(lease, delay)

@@ -8,7 +8,7 @@ locally must not burn its invisibility, but a few milliseconds' wait costs
 nothing, and one receive call of ten costs a tenth of ten calls of one. Before a
 receive it waits briefly (``gather``) for more handlers to finish, for the same
 reason. A handler's message is deleted (or released) through the manager's
-coalescer (``complete_soon``): its thread is free as soon as the delete is
+coalescer (``complete_soon_then``): its thread is free as soon as the delete is
 queued, and deletes that arrive together share one batch call.
 
 Shutdown (``stop()``, or SIGTERM/SIGINT while ``run()`` is in the main thread):
@@ -31,11 +31,12 @@ import functools
 import logging
 import signal
 import threading
+from collections import deque
 from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from types import FrameType
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from leasekeeper.backends.contract import Backend, Message
 from leasekeeper.clock import Clock, wait_until
@@ -153,17 +154,24 @@ class Worker:
         self.prefetch = prefetch
         self.gather = self.intake.gather
         self.stats: WorkerStats = self.intake.stats
-        # Guards _running, stats and the stop flags; the receive loop waits on it
-        # for a free handler slot.
+        # Guards _running, _unsettled, _active, _waiting, stats and the stop flags; the
+        # receive loop waits on it for a free handler slot.
         self._slots = threading.Condition()
         self._running = 0  # messages in hand: handled now, or waiting for a thread
         self._unsettled = 0  # deletes/releases queued and not yet answered
         self._active: set[Lease] = set()  # leases of the messages in hand
+        # The receive loop is waiting (for any change: None; for room: the most
+        # messages in hand that let it go on). Nobody notifies a loop that is not
+        # waiting, or that a change cannot let go on.
+        self._waiting: _Waiting | None = None
         self._stop = threading.Event()
         self._hurry = threading.Event()  # second signal: skip the graceful wait
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
-        self._pool: ThreadPoolExecutor | None = None
+        # The handler threads (no more than ``concurrency``, started as messages come,
+        # kept until run() ends) take (message, lease) from _jobs.
+        self._jobs = _HandOut()
+        self._handlers: list[threading.Thread] = []
         #: The fatal ReceiveError that stopped the worker, if one did.
         self.error: ReceiveError | None = None
         #: ``around_handler(message)``, when set, returns a context manager entered
@@ -225,9 +233,8 @@ class Worker:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self._on_signal)
-        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="leasekeeper-handler")
-        for queue in self.backends:  # once: where failing messages end
-            self.manager.failures.announce(queue)
+        for backend in self.backends:  # once: where failing messages end
+            self.manager.failures.announce(backend)
         try:
             # Nothing is received before its renewals can run (a renewer process
             # builds its backend after the manager was made).
@@ -235,7 +242,7 @@ class Worker:
             self.error = self._drive(receive_loop(self.intake, self, self.clock, until_idle))
         finally:
             self._drive(shutdown_steps(self.intake, self, self.clock))
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._end_handler_threads()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self._done.set()
@@ -276,7 +283,11 @@ class Worker:
                     return done.value
                 answer = failure = None
                 if isinstance(step, Wait):
-                    wait_until(self.clock, self._slots, step.until)
+                    self._waiting = _Waiting(step.running_at_most)
+                    try:
+                        wait_until(self.clock, self._slots, step.until)
+                    finally:
+                        self._waiting = None
                     continue
                 self._slots.release()
                 try:
@@ -290,8 +301,7 @@ class Worker:
         if isinstance(step, Receive):
             return self.intake.receive(step.count)
         if isinstance(step, Start):
-            for message, lease in self._register_all(step.messages):
-                self._start_handler(message, lease)
+            self._start_all(step.messages)
             return None
         if isinstance(step, Flush):
             self.manager.flush(max(0.0, step.deadline - self.clock.now()))
@@ -305,23 +315,44 @@ class Worker:
                 self.manager.revoke(lease)
         return None
 
-    def _register_all(self, messages: list[Message]) -> list[tuple[Message, Lease]]:
-        """Register ``messages`` (at receipt, not when a thread frees up)."""
+    def _start_all(self, messages: list[Message]) -> None:
+        """Register ``messages`` (at receipt, not when a thread frees up) and hand
+        them to the handler threads."""
         leased, refused = self.intake.register_all(messages)
         with self._slots:
             self.intake.received(messages, refused)
-        return leased
+            self._running += len(leased)
+            self._active.update(lease for _, lease in leased)
+            wanted = min(self.concurrency, self._running) - len(self._handlers)
+        for _ in range(wanted):
+            thread = threading.Thread(
+                target=self._serve,
+                name=f"leasekeeper-handler_{len(self._handlers)}",
+                daemon=True,
+            )
+            self._handlers.append(thread)
+            thread.start()
+        self._jobs.put_all(leased)
 
-    def _start_handler(self, message: Message, lease: Lease) -> None:
-        with self._slots:
-            self._running += 1
-            self._active.add(lease)
-        assert self._pool is not None
-        self._pool.submit(self._handle, message, lease)
+    def _serve(self) -> None:
+        """A handler thread: handle the messages handed out, one at a time, until
+        run() ends."""
+        take = self._jobs.take
+        while (job := take()) is not None:
+            try:
+                self._handle(*job)
+            except BaseException:  # not the handler's (that is a failure): a bug
+                log.exception("handling message %r failed", job[0].id)
+
+    def _end_handler_threads(self) -> None:
+        """run() is over: what still waits for a thread was released at close, so
+        drop it; end the threads once they are done."""
+        self._jobs.close()
+        self._handlers = []
 
     def _handle(self, message: Message, lease: Lease) -> None:
         if lease.is_lost:  # lost (or released at close) while it waited for a thread
-            self._finished(lease, "lost", None, None)
+            self._finished(lease, "lost", False, None)
             return
         started = self.clock.now()
         future = None
@@ -335,43 +366,114 @@ class Worker:
             # One WARNING (with the traceback), from the failure policy.
             outcome, future = self.intake.fail(lease, exc)
         else:
-            if lease.is_lost:
-                outcome = "lost"
-                log.warning("lease on message %r lost while it was handled", message.id)
-            else:
-                outcome = "completed"
-                future = self._queue_end(lease, release=False)
-        self._finished(lease, outcome, future, self.clock.now() - started)
+            if not lease.is_lost:
+                # Its slot freed first, then the delete queued: its answer (_settled)
+                # always comes after the count of it as unsettled.
+                self._finished(lease, "completed", True, self.clock.now() - started)
+                self._queue_delete(lease)
+                return
+            outcome = "lost"
+            log.warning("lease on message %r lost while it was handled", message.id)
+        self._finished(lease, outcome, future is not None, self.clock.now() - started)
+        if future is not None:
+            future.add_done_callback(functools.partial(self._release_answered, lease))
 
-    def _queue_end(self, lease: Lease, *, release: bool) -> Future[None] | None:
+    def _queue_delete(self, lease: Lease) -> None:
+        """Hand ``lease``'s delete to the manager's coalescer; ``_settled`` hears the
+        answer."""
         try:
-            if release:
-                return self.manager.release_soon(lease)
-            return self.manager.complete_soon(lease)
+            self.manager.complete_soon_then(lease, functools.partial(self._settled, lease))
         except ManagerClosed:
-            return None  # closed in a hurry: close() released it
+            self._settled(lease, None)  # closed in a hurry: close() released it
 
-    def _finished(
-        self, lease: Lease, outcome: str, future: Future[None] | None, took: float | None
-    ) -> None:
-        """The handler is done: free its slot now; count it when its delete (or
-        release) is answered."""
+    def _finished(self, lease: Lease, outcome: str, queued: bool, took: float | None) -> None:
+        """The handler is done: free its slot now; count it now, or, when its delete
+        (or release) is ``queued``, once that is answered (``_settled``)."""
         with self._slots:
             self._running -= 1
             self._active.discard(lease)
             if took is not None:
                 self.intake.took(took)
-            if future is None:
-                self.intake.count(outcome, lease)
-            else:
+            if queued:
                 self._unsettled += 1
-            self._slots.notify_all()
-        if future is not None:
-            future.add_done_callback(functools.partial(self._settled, lease, outcome))
+            else:
+                self.intake.count(outcome, lease)
+            waiting = self._waiting
+            if waiting is not None and (
+                waiting.running_at_most is None or self._running <= waiting.running_at_most
+            ):
+                self._slots.notify_all()
 
-    def _settled(self, lease: Lease, outcome: str, future: Future[None]) -> None:
-        outcome = self.intake.settle(lease, outcome, future.exception())
+    def _release_answered(self, lease: Lease, future: Future[None]) -> None:
+        """A failed message's queued release (``Intake.fail``) was answered."""
+        self._settled(lease, future.exception(), "failed")
+
+    def _settled(
+        self, lease: Lease, error: BaseException | None, outcome: str = "completed"
+    ) -> None:
+        """A queued delete (or release) of ``lease`` was answered with ``error``."""
+        outcome = self.intake.settle(lease, outcome, error)
         with self._slots:
             self._unsettled -= 1
             self.intake.count(outcome, lease)
-            self._slots.notify_all()
+            waiting = self._waiting
+            if waiting is not None and waiting.running_at_most is None:
+                self._slots.notify_all()
+
+
+class _Waiting(NamedTuple):
+    """What the receive loop waits for (``Wait``)."""
+
+    running_at_most: int | None
+
+
+class _HandOut:
+    """The messages a Worker holds that wait for a handler thread, and its idle threads.
+
+    A received batch wakes one idle thread, and a thread that takes a message wakes
+    the next - one wake-up on its way at a time. Quick handlers so drain a batch on
+    the threads already awake (a thread is not woken for a message that a busy one
+    takes a moment later), while slow ones still run ``concurrency`` at once: the
+    wake-ups follow each other until every thread is busy or nothing is left.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._jobs: deque[tuple[Message, Lease]] = deque()
+        self._idle = 0  # threads waiting for a message
+        self._waking = False  # one of them was woken and has not taken one yet
+        self._closed = False
+
+    def put_all(self, jobs: Sequence[tuple[Message, Lease]]) -> None:
+        with self._lock:
+            self._jobs.extend(jobs)
+            self._wake_locked()
+
+    def take(self) -> tuple[Message, Lease] | None:
+        """The next message and its lease, once there is one; None: the worker ended."""
+        with self._lock:
+            while not self._jobs:
+                if self._closed:
+                    return None
+                self._idle += 1
+                try:
+                    self._ready.wait()
+                finally:
+                    self._idle -= 1
+                self._waking = False
+            job = self._jobs.popleft()
+            self._wake_locked()
+            return job
+
+    def close(self) -> None:
+        """Drop what waits (released at the manager's close) and end the threads."""
+        with self._lock:
+            self._jobs.clear()
+            self._closed = True
+            self._ready.notify_all()
+
+    def _wake_locked(self) -> None:
+        if self._jobs and self._idle and not self._waking:
+            self._waking = True
+            self._ready.notify()

@@ -17,16 +17,22 @@ default), and at low traffic none.
 
 ``flush()`` sends what is waiting now; ``close()`` flushes and stops. A
 ``LeaseManager`` flushes its coalescer before it releases anything at close().
+
+``complete_then(lease, then)`` is ``complete`` for a caller that only wants to hear
+the answer (a ``Worker``): ``then(error)`` is called on the flusher's thread, with
+no Future made, waited on or resolved per message.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import NamedTuple
 
 from leasekeeper.errors import ManagerClosed
@@ -36,6 +42,9 @@ log = logging.getLogger("leasekeeper.manager")
 
 Results = list[BaseException | None]
 BatchCall = Callable[[Sequence[Lease]], Results]
+#: Told a queued complete's or release's answer: None (done) or what the single
+#: form would have raised. Called on the flusher's thread; it must not raise.
+Then = Callable[[BaseException | None], object]
 ReleaseCall = Callable[[Sequence[Lease], "float | None"], Results]
 
 _RECENT = 32  # arrival times kept to estimate the rate
@@ -45,7 +54,7 @@ class _Item(NamedTuple):
     operation: str  # "complete" or "release"
     lease: Lease
     delay: float | None
-    future: Future[None]
+    then: Then  # told the answer: a Future's setter, or a caller's own callback
     arrived: float
 
 
@@ -56,11 +65,17 @@ class Coalescer:
         self._complete_many = complete_many
         self._release_many = release_many
         self.window = window
-        # Guards _pending, _arrivals, _flush_now, _closed, _sending and _thread.
+        # Guards _pending, _arrivals, _per_backend, _full, _flush_now, _closed,
+        # _sending and _thread.
         self._lock = threading.Lock()
+        # The flusher waits on _wakeup, flush() on _answered: a wake-up meant for
+        # one never goes to the other.
         self._wakeup = threading.Condition(self._lock)
+        self._answered = threading.Condition(self._lock)
         self._pending: list[_Item] = []
         self._arrivals: deque[float] = deque(maxlen=_RECENT)
+        self._per_backend: dict[int, int] = {}  # pending entries by id(backend)
+        self._full = False  # some backend's pending entries fill a batch call
         self._flush_now = False
         self._sending = 0  # batches taken but not yet answered
         self._closed = False
@@ -69,27 +84,45 @@ class Coalescer:
     def complete(self, lease: Lease) -> Future[None]:
         """Complete ``lease`` soon; the future's result is None or what
         ``lease.complete()`` would have raised."""
-        return self._submit("complete", lease, None)
+        future: Future[None] = Future()
+        self._submit("complete", lease, None, functools.partial(_resolve, future))
+        return future
 
     def release(self, lease: Lease, delay: float | None = None) -> Future[None]:
         """Release ``lease`` soon (after ``delay``, or the manager's release delay)."""
-        return self._submit("release", lease, delay)
-
-    def _submit(self, operation: str, lease: Lease, delay: float | None) -> Future[None]:
         future: Future[None] = Future()
+        self._submit("release", lease, delay, functools.partial(_resolve, future))
+        return future
+
+    def complete_then(self, lease: Lease, then: Then) -> None:
+        """Complete ``lease`` soon and call ``then(error)`` with the answer (see the
+        module docstring)."""
+        self._submit("complete", lease, None, then)
+
+    def _submit(self, operation: str, lease: Lease, delay: float | None, then: Then) -> None:
         now = time.monotonic()
+        backend = lease.message.backend
         with self._lock:
             if self._closed:
                 raise ManagerClosed("this LeaseManager is closed")
-            self._pending.append(_Item(operation, lease, delay, future, now))
+            pending = self._pending
+            pending.append(_Item(operation, lease, delay, then, now))
             self._arrivals.append(now)
+            per_backend = self._per_backend
+            per_backend[id(backend)] = count = per_backend.get(id(backend), 0) + 1
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="leasekeeper-coalescer", daemon=True
                 )
                 self._thread.start()
-            self._wakeup.notify()
-        return future
+            # The flusher wants to hear of the first entry (it sleeps while there is
+            # none) and of a full batch (it waits for company until then); of the
+            # entries between, it hears when its window ends.
+            if count >= backend.max_batch and not self._full:
+                self._full = True
+                self._wakeup.notify()
+            elif len(pending) == 1:
+                self._wakeup.notify()
 
     def flush(self, timeout: float | None = None) -> None:
         """Send what is waiting now, and wait (up to ``timeout``) until it is answered."""
@@ -101,7 +134,7 @@ class Coalescer:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     break
-                self._wakeup.wait(left)
+                self._answered.wait(left)
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop taking new work."""
@@ -109,6 +142,7 @@ class Coalescer:
         with self._lock:
             self._closed = True
             self._wakeup.notify_all()
+            self._answered.notify_all()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
@@ -124,34 +158,26 @@ class Coalescer:
                     return
                 self._wait_for_company()
                 batch, self._pending = self._pending, []
-                self._flush_now = False
+                self._per_backend = {}
+                self._full = self._flush_now = False
                 self._sending += 1
             try:
                 self._send(batch)
             finally:
                 with self._lock:
                     self._sending -= 1
-                    self._wakeup.notify_all()
+                    self._answered.notify_all()
 
     def _wait_for_company(self) -> None:
         """Wait (lock held) until the batch fills, the window ends, a flush is
         asked for - or, at once, when nobody else is expected before the window ends."""
         deadline = self._pending[0].arrived + self.window
-        while not (self._flush_now or self._closed or self._full()):
+        while not (self._flush_now or self._closed or self._full):
             now = time.monotonic()
             left = deadline - now
             if left <= 0 or self._expected(now, left) < 1.0:
                 return
             self._wakeup.wait(left)
-
-    def _full(self) -> bool:
-        counts: dict[int, int] = {}
-        for item in self._pending:
-            backend = item.lease.message.backend
-            counts[id(backend)] = n = counts.get(id(backend), 0) + 1
-            if n >= backend.max_batch:
-                return True
-        return False
 
     def _expected(self, now: float, left: float) -> float:
         """How many more arrivals the recent rate predicts within ``left`` seconds."""
@@ -178,7 +204,17 @@ class Coalescer:
                 log.exception("coalesced %s of %d lease(s) failed", operation, len(items))
                 results = [exc] * len(items)
             for item, result in zip(items, results, strict=True):
-                if result is None:
-                    item.future.set_result(None)
-                else:
-                    item.future.set_exception(result)
+                try:
+                    item.then(result)
+                except Exception:  # a caller's bug: not the others'
+                    log.exception("the answer to a coalesced %s could not be told", operation)
+
+
+def _resolve(future: Future[None], error: BaseException | None) -> None:
+    """Settle a ``complete``/``release`` caller's Future with the answer (unless the
+    caller cancelled it)."""
+    with contextlib.suppress(InvalidStateError):
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)

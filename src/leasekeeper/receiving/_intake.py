@@ -176,6 +176,8 @@ class Intake:
         self.prefetch = prefetch
         self.gather = float(gather)
         self.stats = WorkerStats(per_queue={s.name: s.stats for s in self.sources.all})
+        # The one queue of a single-queue worker (its messages' counts need no lookup).
+        self._only: Source | None = None if self.sources.several else self.sources.all[0]
         # Handler durations, smoothed: are handlers quick enough to prefetch for?
         self.duration: float | None = None
         self.failures = 0  # receive failures in a row
@@ -247,6 +249,12 @@ class Intake:
         per queue."""
         self.stats.received += len(messages)
         self.stats.refused += len(refused)
+        only = self._only
+        if only is not None:
+            backend = only.backend
+            only.stats.received += sum(message.backend is backend for message in messages)
+            only.stats.refused += sum(message.backend is backend for message in refused)
+            return
         for message in messages:
             source = self.sources.of(message.backend)
             if source is not None:
@@ -344,16 +352,22 @@ class Intake:
 
     def count(self, outcome: str, lease: Lease | None = None) -> None:
         """Count a finished message (``lease``'s), in total and for its queue."""
-        source = None if lease is None else self.source_of(lease)
-        for stats in (self.stats,) if source is None else (self.stats, source.stats):
-            _count(stats, outcome)
+        field = outcome if outcome in _OUTCOMES else "failed"
+        stats = self.stats
+        setattr(stats, field, getattr(stats, field) + 1)
+        if lease is None:
+            return
+        only = self._only
+        if only is not None:  # one queue: no lookup, just the identity check
+            source = only if lease.message.backend is only.backend else None
+        else:
+            source = self.sources.of(lease.message.backend)
+        if source is not None:
+            setattr(source.stats, field, getattr(source.stats, field) + 1)
 
 
-def _count(stats: QueueStats, outcome: str) -> None:
-    if outcome in ("completed", "rolled_over", "lost", "dead_lettered"):
-        setattr(stats, outcome, getattr(stats, outcome) + 1)
-    else:
-        stats.failed += 1
+#: The outcomes counted under their own name; any other is "failed".
+_OUTCOMES = frozenset(("completed", "rolled_over", "lost", "dead_lettered"))
 
 
 def _per_queue(name: str, value: Any, count: int) -> list[Any]:

@@ -62,9 +62,12 @@ class LoopState(Protocol):
 @dataclass(frozen=True)
 class Wait:
     """Wait until something changes, or until the clock reads ``until`` (None: no
-    limit)."""
+    limit). ``running_at_most``: the loop waits for room, so the only change it wants
+    is a handler finishing that leaves at most that many messages in hand (or stop);
+    a driver may leave it asleep through the others. None: any change."""
 
     until: float | None
+    running_at_most: int | None = None
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ def receive_loop(
         # receive brings a fuller batch.
         limit = intake.limit()
         while state.running >= limit and not state.stopping:
-            yield Wait(None)
+            yield Wait(None, running_at_most=limit - 1)
             limit = intake.limit()
         gather_until = clock.now() + intake.gather
         while (
@@ -121,7 +124,7 @@ def receive_loop(
             and not state.stopping
             and clock.now() < gather_until
         ):
-            yield Wait(gather_until)
+            yield Wait(gather_until, running_at_most=max(0, limit - intake.batch_size))
         if state.stopping:
             break
         asked_at = clock.now()

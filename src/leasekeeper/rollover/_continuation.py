@@ -45,6 +45,10 @@ _MARK_BYTES = MARK.encode()
 #: The first line of an envelope that carries attributes only.
 ATTRIBUTES_MARK = "leasekeeper-attributes/1\n"
 _ATTRIBUTES_MARK_BYTES = ATTRIBUTES_MARK.encode()
+#: What both marks begin with: a body without it has no envelope (one check per message).
+_ENVELOPE = "leasekeeper-"
+_ENVELOPE_BYTES = _ENVELOPE.encode()
+assert MARK.startswith(_ENVELOPE) and ATTRIBUTES_MARK.startswith(_ENVELOPE)
 
 # Messages whose envelope was taken off, and what it carried. Weak: a message
 # forgotten by everyone takes its entry with it.
@@ -113,7 +117,7 @@ def unwrap(message: Message) -> Message:
     original's, its attributes the original's where the message has them) and
     remember the lineage. Anything else is left as it is (a wrong type too:
     registering it raises the TypeError that names it). Returns ``message``."""
-    if not isinstance(message, Message):
+    if not isinstance(message, Message) or not _may_carry_envelope(message.body):
         return message
     body = message.body
     if _unwrap_attributes(message):
@@ -139,6 +143,13 @@ def unwrap(message: Message) -> Message:
         setattr(message, "attributes", MappingProxyType(attributes))  # noqa: B010
     _unwrapped[message] = lineage
     return message
+
+
+def _may_carry_envelope(body: object) -> bool:
+    """False for a body without either envelope: one check, as most have none."""
+    if isinstance(body, str):
+        return body.startswith(_ENVELOPE)
+    return isinstance(body, bytes) and body.startswith(_ENVELOPE_BYTES)
 
 
 def _unwrap_attributes(message: Message) -> bool:
