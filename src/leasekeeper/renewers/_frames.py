@@ -4,7 +4,8 @@ Each frame is a small ``NamedTuple`` of its own, defined here and nowhere else: 
 new frame is added in this file (and a handler in each side's dispatch table), and
 a frame built without a field is a type error, not an ``IndexError`` at the other
 end. Frames cross as length-prefixed pickles (``send_frame``/``recv_frame`` over a
-``multiprocessing.connection.Connection``); a ``Batch`` carries several in one write.
+``multiprocessing.connection.Connection``); a ``Batch`` carries several in one write,
+and a ``FrameReader`` takes every frame that has arrived in one read.
 
 worker -> renewer: ``Hello`` (first, before anything else), ``Add`` (no reply),
 ``Complete``, ``Release``, ``Forget``, ``AskStats`` and ``Close`` (each answered by
