@@ -29,7 +29,7 @@ from leasekeeper.backends.contract import Backend, Message
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.decorator import wrap_in_lease
-from leasekeeper.engine import Coalescer, check_backend
+from leasekeeper.engine import Coalescer, check_backend, register_each
 from leasekeeper.engine.stats import Stats
 from leasekeeper.errors import ConfigError, LeaseTooShort, ManagerClosed
 from leasekeeper.failures import Failures, resolve_dead_letter
@@ -232,6 +232,16 @@ class LeaseManager:
         renewer's own ``register``, which does exactly this.)
         """
         return self._renewer.register(message)
+
+    def register_many(self, messages: Sequence[Message]) -> list[Lease | Exception]:
+        """``register`` each of ``messages`` (a receive's); returns, for each, its
+        lease or the ``LeaseTooShort`` or ``ManagerClosed`` that register raised.
+        A process renewer sends them to its renewer process in one write."""
+        many = getattr(self._renewer, "register_many", None)
+        if many is None:
+            return register_each(self.register, messages)
+        results: list[Lease | Exception] = many(messages)
+        return results
 
     def watch(self, message: Message) -> WatchLease:
         """Renew ``message`` for an owner that ends it itself (a framework that acks,

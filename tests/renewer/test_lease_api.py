@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from leasekeeper import Handle, LeaseError, LeaseLost, LeaseState
+from leasekeeper import Handle, LeaseError, LeaseLost, LeaseState, LeaseTooShort, Message
 from tests.renewer.conftest import Leasing
 
 pytestmark = [pytest.mark.realtime, pytest.mark.slow]
@@ -111,6 +111,30 @@ def test_batches_and_revoke(leasing: Leasing) -> None:
     with pytest.raises(LeaseError):
         leases[0].release()  # completed
     assert len(leasing.receive(2)) == 2
+
+
+def test_register_many_leases_a_receive_and_refuses_what_has_too_little_left(
+    leasing: Leasing,
+) -> None:
+    for n in range(3):
+        leasing.subject.send(f"job {n}")
+    first, second, third = leasing.receive(3)
+    late = Message(  # the third as if received 3.5 s ago: 0.5 s left, under minimal_life
+        id=third.id,
+        body=third.body,
+        receipt=third.receipt,
+        backend=third.backend,
+        received_at=third.received_at - 3.5,
+        visibility_timeout=third.visibility_timeout,
+    )
+    got = leasing.manager.register_many([first, second, late])
+    assert isinstance(got[2], LeaseTooShort)
+    held = [lease for lease in got[:2] if not isinstance(lease, Exception)]
+    assert [lease.id for lease in held] == [first.id, second.id]
+    assert leasing.manager.register_many([first]) == held[:1]  # this delivery's own lease
+    wait_for(lambda: all(lease.extensions >= 1 for lease in held))  # renewed past 4 s
+    assert leasing.manager.complete_many(held) == [None, None]
+    assert leasing.manager.stats().completed == 2
 
 
 def test_receive_leases_every_message_at_once(leasing: Leasing) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from leasekeeper.renewers._frames import Batch, recv_frame
+from leasekeeper.renewers._frames import READ_SIZE, Batch, FrameReader, recv_frame, send_frame
 from leasekeeper.renewers._sender import FrameSender
 
 
@@ -73,3 +73,26 @@ def test_a_gone_renewer_is_an_os_error_for_the_sender() -> None:
     ours.close()
     with pytest.raises(OSError):
         sender.send(("complete", 1))
+
+
+def test_the_reader_returns_every_frame_in_order_however_the_reads_split_them() -> None:
+    ours, theirs = pair()
+    reader = FrameReader(theirs)
+    assert reader.read_waiting() == []  # nothing arrived: no wait
+    big = ("progress", "x" * (3 * READ_SIZE))  # more than one read holds
+    frames = [("add", n) for n in range(100)] + [big, ("complete", 1)]
+    got: list[Any] = []
+
+    def write() -> None:
+        for frame in frames:
+            send_frame(ours, frame)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    while len(got) < len(frames):
+        got += reader.read()
+    writer.join()
+    assert got == frames
+    ours.close()
+    with pytest.raises(EOFError):
+        reader.read()

@@ -7,6 +7,7 @@ the manager use of it. ``engine.stats`` holds ``Stats``, the public snapshot.
 from leasekeeper.engine._batch_ops import BatchOps as BatchOps
 from leasekeeper.engine._batch_ops import one_by_one as one_by_one
 from leasekeeper.engine._batch_ops import overrides as overrides
+from leasekeeper.engine._batch_ops import register_each as register_each
 from leasekeeper.engine._batch_ops import singles as singles
 from leasekeeper.engine._calls import Calls as Calls
 from leasekeeper.engine._coalesce import Coalescer as Coalescer

@@ -27,7 +27,7 @@ from leasekeeper.engine._calls import Calls
 from leasekeeper.engine._handler_ops import HandlerOps
 from leasekeeper.engine._lapse import lapsed
 from leasekeeper.engine._ledger import Ledger
-from leasekeeper.errors import LeaseError
+from leasekeeper.errors import LeaseError, LeaseTooShort, ManagerClosed
 from leasekeeper.lease import WatchLease
 from leasekeeper.reasons import Ending
 from leasekeeper.record import LeaseRecord, LeaseState
@@ -60,6 +60,19 @@ def singles(renewer: object, base: type) -> tuple[bool, bool]:
         overrides(renewer, base, "complete") and not overrides(renewer, base, "complete_many"),
         overrides(renewer, base, "release") and not overrides(renewer, base, "release_many"),
     )
+
+
+def register_each(register: Callable[[Any], Any], messages: Sequence[Any]) -> list[Any]:
+    """``register`` each of ``messages``: for each, its lease or the ``LeaseTooShort``
+    or ``ManagerClosed`` it raised (``LeaseManager.register_many``'s, for a renewer
+    without a batch form of its own, or a subclass whose ``register`` is its own)."""
+    results: list[Any] = []
+    for message in messages:
+        try:
+            results.append(register(message))
+        except (LeaseTooShort, ManagerClosed) as exc:
+            results.append(exc)
+    return results
 
 
 def one_by_one(operation: Callable[[Any], object], leases: Sequence[Any]) -> list[Result]:

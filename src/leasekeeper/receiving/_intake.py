@@ -298,14 +298,15 @@ class Intake:
         leased ones and the refused ones (too little invisibility left)."""
         leased: list[tuple[Message, Lease]] = []
         refused: list[Message] = []
-        for message in messages:
-            try:
-                leased.append((message, self.manager.register(message)))
-            except LeaseTooShort as exc:
-                log.warning("%s; leaving it to reappear", exc)
+        # All at once: a process renewer gets them in one write, not one a message.
+        for message, lease in zip(messages, self.manager.register_many(messages), strict=True):
+            if isinstance(lease, LeaseTooShort):
+                log.warning("%s; leaving it to reappear", lease)
                 refused.append(message)
-            except ManagerClosed:
+            elif isinstance(lease, ManagerClosed):
                 break
+            elif isinstance(lease, Lease):
+                leased.append((message, lease))
         return leased, refused
 
     # ------------------------------------------------------------------ settling

@@ -4,7 +4,8 @@ Each frame is a small ``NamedTuple`` of its own, defined here and nowhere else: 
 new frame is added in this file (and a handler in each side's dispatch table), and
 a frame built without a field is a type error, not an ``IndexError`` at the other
 end. Frames cross as length-prefixed pickles (``send_frame``/``recv_frame`` over a
-``multiprocessing.connection.Connection``); a ``Batch`` carries several in one write.
+``multiprocessing.connection.Connection``); a ``Batch`` carries several in one write,
+and a ``FrameReader`` takes every frame that has arrived in one read.
 
 worker -> renewer: ``Hello`` (first, before anything else), ``Add`` (no reply),
 ``Complete``, ``Release``, ``Forget``, ``AskStats`` and ``Close`` (each answered by
@@ -23,7 +24,10 @@ are rebuilt on the worker's side by ``decode_error``.
 
 from __future__ import annotations
 
+import os
 import pickle
+import select
+import struct
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
@@ -188,6 +192,69 @@ def send_frame(conn: Connection, frame: tuple[Any, ...]) -> None:
 def recv_frame(conn: Connection) -> Any:
     """Receive one frame (EOFError when the other end is gone)."""
     return pickle.loads(conn.recv_bytes())
+
+
+_SHORT = struct.Struct("!i")  # multiprocessing.connection's length prefix
+_LONG = struct.Struct("!Q")  # ... after a -1, for a frame of 2 GiB or more
+READ_SIZE = 1 << 18  # bytes asked of the socket per read
+
+
+class FrameReader:
+    """Reads the frames ``send_frame`` wrote, as many at once as have arrived: one
+    read of up to ``READ_SIZE`` bytes, split into frames here, where
+    ``recv_frame`` makes two reads per frame and a ``poll`` (a new selector each
+    time) to learn whether another is waiting. Same wire format, so a connection
+    may be read by ``recv_frame`` first (the start-up handshake) and by this after.
+    One reader per connection, used by one thread at a time."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._fd = conn.fileno()
+        self._buffer = bytearray()
+
+    def read(self) -> list[Any]:
+        """The frames that have arrived, at least one (waits for it); EOFError when
+        the other end is gone."""
+        while True:
+            frames = self._split()
+            if frames:
+                return frames
+            self._fill()
+
+    def read_waiting(self) -> list[Any]:
+        """The frames that have arrived, without waiting (none: an empty list)."""
+        while True:
+            frames = self._split()
+            if frames or not select.select([self._fd], [], [], 0)[0]:
+                return frames
+            self._fill()
+
+    def _fill(self) -> None:
+        chunk = os.read(self._fd, READ_SIZE)
+        if not chunk:
+            raise EOFError
+        self._buffer += chunk
+
+    def _split(self) -> list[Any]:
+        """The whole frames at the front of the buffer, unpickled; the rest kept."""
+        buffer = self._buffer
+        frames: list[Any] = []
+        at, end = 0, len(buffer)
+        with memoryview(buffer) as view:
+            while end - at >= 4:
+                (size,) = _SHORT.unpack_from(view, at)
+                start = at + 4
+                if size == -1:
+                    if end - start < 8:
+                        break
+                    (size,) = _LONG.unpack_from(view, start)
+                    start += 8
+                if end - start < size:
+                    break
+                frames.append(pickle.loads(view[start : start + size]))
+                at = start + size
+        if at:
+            del buffer[:at]
+        return frames
 
 
 def progress_interval(stall_timeout: float) -> float:

@@ -45,6 +45,7 @@ from leasekeeper.renewers._frames import (
     Batch,
     Done,
     Failed,
+    FrameReader,
     Hello,
     Serving,
     Started,
@@ -187,15 +188,17 @@ class RenewerLink:
 
     def _read(self) -> None:
         """The reader thread: replies to their waiters, the rest to ``on_frame``."""
+        reader = FrameReader(self._conn)
         while True:
             try:
-                frame = recv_frame(self._conn)
+                frames = reader.read()
             except (EOFError, OSError):
                 break
-            try:
-                self._dispatch(frame)
-            except Exception:
-                log.exception("renewer frame %s could not be applied", type(frame).__name__)
+            for frame in frames:
+                try:
+                    self._dispatch(frame)
+                except Exception:
+                    log.exception("renewer frame %s could not be applied", type(frame).__name__)
         self._gone()
 
     def _dispatch(self, frame: tuple[Any, ...]) -> None:

@@ -67,6 +67,7 @@ from leasekeeper.renewers._frames import (
     Extended,
     Failed,
     Forget,
+    FrameReader,
     Hello,
     Observe,
     Progress,
@@ -83,7 +84,6 @@ log = logging.getLogger("leasekeeper.renewer")
 
 PARENT_DEATH_SIGNAL = signal.SIGUSR1
 WATCH_INTERVAL = 0.2  # seconds between getppid() checks
-READ_AT_ONCE = 256  # frames read before the first of them is done
 EXIT_RELEASE_TIMEOUT = 10.0  # how long releasing at the worker's death may take
 _PR_SET_PDEATHSIG = 1
 
@@ -238,6 +238,7 @@ class ChildRenewer:
         more_queues: Sequence[Backend] = (),
     ) -> None:
         self._conn = conn
+        self._reader = FrameReader(conn)
         self._manager = manager
         self._outbox = outbox
         # The queues an add names by index: the manager's, then a multi-queue worker's.
@@ -312,17 +313,19 @@ class ChildRenewer:
     def _serve_frames(self) -> None:
         while not self._done.is_set():
             with self._read_lock:
-                if self._done.is_set():
-                    return
-                try:
-                    frames = self._read_waiting()
-                except (EOFError, OSError):
-                    self._gone = True
-                    self._done.set()
-                    return
-                slow = self._do_cheap(frames)
-                if not slow:
-                    continue
+                # The leader reads on while only cheap frames come: letting go of the
+                # lock would wake a follower for nothing (a context switch a frame).
+                slow: list[tuple[Any, ...]] = []
+                while not slow:
+                    if self._done.is_set():
+                        return
+                    try:
+                        frames = self._read_waiting()
+                    except (EOFError, OSError):
+                        self._gone = True
+                        self._done.set()
+                        return
+                    slow = self._do_cheap(frames)
                 with self._busy_lock:
                     self._busy += 1
             try:
@@ -332,13 +335,9 @@ class ChildRenewer:
                     self._busy -= 1
 
     def _read_waiting(self) -> list[tuple[Any, ...]]:
-        """The next frame and every one already waiting behind it (a ``Batch``
-        opened), up to ``READ_AT_ONCE``: the completes among them are done in one
-        call and answered in one write."""
-        frames = _opened(recv_frame(self._conn))
-        while len(frames) < READ_AT_ONCE and self._conn.poll(0):
-            frames += _opened(recv_frame(self._conn))
-        return frames
+        """The frames that have arrived, at least one (``Batch``es opened): the
+        completes among them are done in one call and answered in one write."""
+        return _opened(self._reader.read())
 
     def _do_cheap(self, frames: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """Do the cheap frames, in order, by the reading thread; return the slow ones.
@@ -378,8 +377,11 @@ class ChildRenewer:
         if not self._read_lock.acquire(timeout=1.0):
             return
         try:
-            while self._conn.poll(0):
-                frames = [f for f in self._read_waiting() if not isinstance(f, Close)]
+            while True:
+                waiting = self._reader.read_waiting()
+                if not waiting:
+                    break
+                frames = [f for f in _opened(waiting) if not isinstance(f, Close)]
                 self._do_slow(self._do_cheap(frames))
         except (EOFError, OSError):
             pass
@@ -508,9 +510,15 @@ class ChildRenewer:
         self._outbox.reply(Done(frame.request, [encode_error(r) for r in results]))
 
 
-def _opened(frame: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-    """The frames ``frame`` carries: a ``Batch``'s, else itself."""
-    return list(frame.frames) if isinstance(frame, Batch) else [frame]
+def _opened(frames: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``frames`` with each ``Batch`` opened: the frames it carries, in order."""
+    opened: list[tuple[Any, ...]] = []
+    for frame in frames:
+        if isinstance(frame, Batch):
+            opened += frame.frames
+        else:
+            opened.append(frame)
+    return opened
 
 
 def _unknown() -> LeaseError:

@@ -57,6 +57,8 @@ from leasekeeper.engine import (
     no_deadline,
     not_a_message,
     one_by_one,
+    overrides,
+    register_each,
     releasable,
     released,
     signals,
@@ -67,27 +69,25 @@ from leasekeeper.engine.stats import Stats
 from leasekeeper.errors import ConfigError, LeaseError, LeaseLost, ManagerClosed
 from leasekeeper.failures import Failures
 from leasekeeper.lease import Lease, OnLost, WatchLease
-from leasekeeper.observers import CallEvent, Observer
+from leasekeeper.observers import Observer
 from leasekeeper.reasons import Ending, LostReason
 from leasekeeper.record import LeaseState
 from leasekeeper.renewers._frames import (
     Abandon,
     Add,
     AskStats,
+    Batch,
     Close,
     Complete,
-    Ended,
-    Event,
-    Extended,
     Forget,
     Observe,
     Progress,
     Release,
-    Rolling,
     decode_error,
     progress_interval,
 )
 from leasekeeper.renewers._link import DIED, LinkMaker, RenewerLink
+from leasekeeper.renewers._notices import Notices
 from leasekeeper.renewers._queues import RenewedQueues
 from leasekeeper.renewers._stats import StatsBook
 
@@ -157,13 +157,9 @@ class ProcessRenewer:
         self.failures = Failures(config, None)
         # A subclass's own complete/release sees every lease of the batch forms.
         self._completes_one_by_one, self._releases_one_by_one = singles(self, ProcessRenewer)
+        self._registers_one_by_one = overrides(self, ProcessRenewer, "register")
         # What the renewer's notices do (on the link's reader thread).
-        self._notices: dict[type, Callable[[Any], None]] = {
-            Extended: self._extended,
-            Ended: self._ended,
-            Rolling: self._rolling,
-            Event: self._forward_event,
-        }
+        self._apply = Notices(self._leases, self._end, self._calls, self._queues.all).apply
         self._maker = LinkMaker(self._queues.all, payload)
         self._link: RenewerLink | None = None
         try:
@@ -181,30 +177,6 @@ class ProcessRenewer:
         _live.add(self)
 
     # ------------------------------------------------------------------ the child
-
-    def _apply(self, frame: tuple[Any, ...]) -> None:
-        """A notice from the renewer (on the link's reader thread)."""
-        handler = self._notices.get(type(frame))
-        if handler is not None:
-            handler(frame)
-
-    def _extended(self, frame: Extended) -> None:
-        lease = self._leases.get(frame.key)
-        if lease is not None:
-            lease.receipt, lease.visible_until = frame.receipt, frame.visible_until
-            lease.extensions = frame.extensions
-
-    def _ended(self, frame: Ended) -> None:
-        lease = self._leases.get(frame.key)
-        if lease is not None:
-            lost = None if frame.lost_reason is None else LostReason(frame.lost_reason)
-            ending = Ending(lost, frame.detail)
-            self._end(lease, LeaseState(frame.state), ending, signal=frame.stop_handler)
-
-    def _rolling(self, frame: Rolling) -> None:
-        lease = self._leases.get(frame.key)
-        if lease is not None:
-            lease.signal_rolling()
 
     def _link_gone(self, link: RenewerLink) -> None:
         """The renewer died: its leases are lost; a new one takes the new leases."""
@@ -292,13 +264,41 @@ class ProcessRenewer:
         assert isinstance(lease, RemoteWatchLease)
         return lease
 
+    def register_many(self, messages: Sequence[Message]) -> list[Lease | Exception]:
+        """``register`` each (a receive's): its lease or its LeaseTooShort/ManagerClosed;
+        their frames in one write, on the socket before this returns (as each's is)."""
+        if self._registers_one_by_one:
+            return register_each(self.register, messages)
+        frames: list[tuple[Any, ...]] = []
+
+        def admitted(message: Message) -> Lease:
+            lease, frame = self._admit(message, watch=False)
+            if frame is not None:
+                frames.append(frame)
+            return lease
+
+        try:
+            results = register_each(admitted, messages)
+        finally:  # what was admitted is sent, even when a later message raised
+            if frames:
+                self._send(frames[0] if len(frames) == 1 else Batch(frames))
+        return results
+
     def _add(self, message: Message, *, watch: bool) -> Lease:
+        lease, frame = self._admit(message, watch=watch)
+        if frame is not None:
+            self._send(frame)
+        return lease
+
+    def _admit(self, message: Message, *, watch: bool) -> tuple[Lease, Add | None]:
+        """The lease of ``message``: a new one and the frame that has the renewer
+        renew it, or the one it has already (no frame)."""
         if not isinstance(message, Message):
             raise not_a_message(message)
         if message.ended_lease is not None and not self._closed:
             ended = ended_lease(message, self)
             if isinstance(ended, RemoteLease):
-                return ended  # its lease ended: the same lease, not a second one
+                return ended, None  # its lease ended: the same lease, not a second one
         index = self._queues.require(message.backend)
         if not math.isfinite(message.visible_until):
             raise no_deadline(message)
@@ -314,7 +314,7 @@ class ProcessRenewer:
             superseded = self._by_message.get((index, message.id))
             same = admit(superseded, message, now, self._config.minimal_life)
             if same is not None:
-                return same
+                return same, None
             if self._link is None:
                 self._link = self._maker.start(self._apply, self._link_gone)  # the last died
             lease = (RemoteWatchLease if watch else RemoteLease)(self, message, now)
@@ -324,8 +324,7 @@ class ProcessRenewer:
             self._by_message[index, message.id] = lease
         if superseded is not None:
             self._end(superseded, LeaseState.LOST, SUPERSEDED)
-        self._send(_add_frame(key, message, watch, index))
-        return lease
+        return lease, _add_frame(key, message, watch, index)
 
     def complete(self, lease: Lease) -> None:
         _raise_any(self._complete_all([lease]))
@@ -374,15 +373,8 @@ class ProcessRenewer:
         return self._complete_all(leases)
 
     def _complete_all(self, leases: Sequence[Lease]) -> list[BaseException | None]:
-        remotes = [_as_remote(lease) for lease in leases]
-        results: list[BaseException | None] = [None] * len(remotes)
-        asked: list[int] = []
-        for i, lease in enumerate(remotes):
-            try:
-                if completable(lease, self._clock.now()):
-                    asked.append(i)
-            except LeaseError as exc:
-                results[i] = exc
+        now = self._clock.now
+        remotes, results, asked = _checked(leases, lambda lease: completable(lease, now()))
         if not asked:
             return results
         payload = self._ask(lambda r: Complete(r, [remotes[i].key for i in asked]))
@@ -409,15 +401,7 @@ class ProcessRenewer:
     def _release(
         self, leases: Sequence[Lease], delay: float | None, *, stop: bool
     ) -> list[BaseException | None]:
-        remotes = [_as_remote(lease) for lease in leases]
-        results: list[BaseException | None] = [None] * len(remotes)
-        asked: list[int] = []
-        for i, lease in enumerate(remotes):
-            try:
-                if releasable(lease):
-                    asked.append(i)
-            except LeaseError as exc:
-                results[i] = exc
+        remotes, results, asked = _checked(leases, releasable)
         if not asked:
             return results
         payload = self._ask(lambda r: Release(r, [remotes[i].key for i in asked], delay, stop))
@@ -482,9 +466,6 @@ class ProcessRenewer:
     def _send_quietly(self, frame: tuple[Any, ...]) -> None:
         with contextlib.suppress(LeaseLost, OSError):
             self._send(frame)
-
-    def _forward_event(self, frame: Event) -> None:
-        _tell_event(self._calls, frame, self._queues.all, self._leases)
 
     def forget_after_fork(self) -> None:
         """In a forked child of the worker: the leases and the renewer are the
@@ -617,20 +598,21 @@ def _add_frame(key: int, message: Message, watch: bool, queue: int) -> Add:
     )
 
 
-def _tell_event(
-    calls: Calls, frame: Event, queues: Sequence[Backend], leases: dict[int, RemoteLease]
-) -> None:
-    """An observer event the renewer forwarded, told to this process's observers."""
-    callback, args = frame
-    if callback == "on_call":
-        operation, entries, seconds, outcomes, error, *queue = args
-        backend = queues[queue[0] if queue else 0]
-        calls.tell("on_call", CallEvent(operation, backend, entries, seconds, outcomes, error))
-        return
-    key, value = args
-    lease = leases.get(key)
-    if lease is not None:
-        calls.tell(callback, lease, value)
+def _checked(
+    leases: Sequence[Lease], check: Callable[[Lease], bool]
+) -> tuple[list[RemoteLease], list[BaseException | None], list[int]]:
+    """``leases`` as this renewer's, each one's result so far (the LeaseError ``check``
+    raised, else None), and the indexes of those ``check`` passes: the ones to ask for."""
+    remotes = [_as_remote(lease) for lease in leases]
+    results: list[BaseException | None] = [None] * len(remotes)
+    asked: list[int] = []
+    for i, lease in enumerate(remotes):
+        try:
+            if check(lease):
+                asked.append(i)
+        except LeaseError as exc:
+            results[i] = exc
+    return remotes, results, asked
 
 
 def _raise_any(results: list[BaseException | None]) -> None:
