@@ -471,10 +471,9 @@ def _cost_rows(
         if "serving_seconds" not in figures:
             return f"{service}: error ({figures.get('error', '?')})"
         cpu = figures.get("child_cpu_serving_seconds")
-        spent = "" if cpu is None else (
-            f" (its CPU {fmt(cpu, 's')} until then, {fmt(figures['child_cpu_total_seconds'], 's')}"
-            " in all)"
-        )
+        total = figures.get("child_cpu_total_seconds")
+        spent = f" (its CPU {fmt(cpu, 's')} until then, {fmt(total, 's')} in all)"
+        spent = "" if cpu is None else spent
         return f"{service}: renewing {fmt(figures['serving_seconds'], 's')}{spent}"
 
     result.rows.append(
