@@ -26,7 +26,8 @@ UNAVAILABLE = {"code": "ServiceUnavailable", "query_code": "ServiceUnavailable",
 SDK = ("botocore", "boto3", "urllib3")
 
 # What the renewer process does with its worker's spec: build its manager, renew and
-# delete the lease the worker holds, tell what it imported.
+# delete the lease the worker holds, tell what it imported of the SDK (and whether
+# it read the installed packages' metadata to find the factory: the worker did).
 RENEWER = textwrap.dedent(
     """
     import pickle, sys
@@ -39,9 +40,9 @@ RENEWER = textwrap.dedent(
     handle = Handle(message_id, receipt)
     print([outcome.kind for outcome in backend.extend([handle], 60)])
     print([outcome.kind for outcome in backend.delete([handle])])
-    print(sorted(m for m in sys.modules if m.split(".")[0] in {sdk!r}))
+    print(sorted(m for m in sys.modules if m.split(".")[0] in {sdk!r} or m == {metadata!r}))
     """
-).format(sdk=SDK)
+).format(sdk=SDK, metadata="importlib.metadata")
 
 
 def run_renewer(spec: Any, message_id: str, receipt: str, **env: str) -> list[str]:

@@ -195,9 +195,13 @@ def renewal_spec(backend: object) -> BackendSpec:
     spec: BackendSpec = spec_of(backend)
     secret_options = getattr(backend, "secret_options", None)
     secrets = secret_options() if callable(secret_options) else {}
-    if isinstance(spec, URLSpec):
-        return PrivateSpec(spec, secrets, factory_value(parse_url(spec.url).scheme))
-    return spec
+    if not isinstance(spec, URLSpec):
+        return spec
+    try:
+        factory: str | None = factory_value(parse_url(spec.url).scheme)
+    except ValueError:  # no such scheme here: the renewer's connect says so, as before
+        factory = None
+    return PrivateSpec(spec, secrets, factory)
 
 
 # Backends whose class does not let connect set their spec (slots): id -> (ref, spec).

@@ -141,10 +141,11 @@ def factory_value(scheme: str) -> str:
 
 
 def factory_named(value: str) -> Factory:
-    """The factory ``value`` (``module:name``, as ``factory_value`` gives) names."""
-    module, _, name = value.partition(":")
-    found: Any = importlib.import_module(module)
-    for part in name.split("."):
+    """The factory ``value`` (``module:name [extras]``, as ``factory_value`` gives)
+    names, loaded as its entry point would load it."""
+    module, _, name = value.partition("[")[0].partition(":")
+    found: Any = importlib.import_module(module.strip())
+    for part in name.strip().split(".") if name.strip() else ():
         found = getattr(found, part)
     return _checked(value, found)
 
