@@ -490,8 +490,10 @@ def _cost_rows(
                 for figures in starts.values()
             ),
             note=(
-                "the renewer imports its SDK (botocore, never boto3) and builds its client; "
-                "the constructor waits for it, so nothing is received or registered before"
+                "an SQS client with fixed keys on the lean path: the renewer renews on that "
+                "path alone, without botocore (else it imports botocore and builds its "
+                "client); the constructor waits for it, so nothing is received or registered "
+                "before"
             ),
         )
     )
