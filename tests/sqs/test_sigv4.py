@@ -12,8 +12,9 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from botocore.utils import normalize_url_path
 
-from leasekeeper.backends.sigv4 import RequestSigner
+from leasekeeper.backends.sigv4 import RequestSigner, normalized_path
 
 CONTENT_TYPE = "application/x-amz-json-1.0"
 TARGET = "AmazonSQS.ReceiveMessage"
@@ -68,3 +69,12 @@ def test_a_new_secret_or_a_new_day_signs_with_a_new_key() -> None:
     tomorrow = NOW + datetime.timedelta(days=1)
     assert ours(signer, rotated, BODY, tomorrow) == botocores(url, rotated, BODY, tomorrow)
     assert ours(signer, first, BODY, tomorrow) == botocores(url, first, BODY, tomorrow)
+
+
+@pytest.mark.parametrize(
+    "path", ["/", "/123456789012/jobs", "/a//b/", "/a/./b/../c", "/..", "/a/b/", "/~x/%20y"]
+)
+def test_the_path_is_normalised_as_botocore_signs_it(path: str) -> None:
+    """The signer's own path normalisation (it imports nothing of botocore's) is
+    botocore's: the signature covers the same canonical path."""
+    assert normalized_path(path) == normalize_url_path(path)

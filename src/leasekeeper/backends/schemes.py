@@ -123,6 +123,8 @@ def sqs(
     max_lease_age: float | None = None,
     clock: Clock | None = None,
     fast_path: bool = True,
+    verify: bool | str | None = None,
+    defer_client: bool = False,
     **client_options: Any,
 ) -> SQSBackend:
     """SQS: any ``http(s)://host[:port]/<account>/<name>`` is a queue by its URL;
@@ -145,7 +147,13 @@ def sqs(
     ``retry_mode``, ``max_attempts`` (all attempts, the first included),
     ``connect_timeout`` (default 5 s), ``read_timeout`` (default 30 s),
     ``max_pool_connections``, ``http_proxy`` and ``https_proxy``.
+    ``verify``: the client's TLS verification (False, or a CA bundle's path).
     ``client_retries``, ``max_lease_age`` and ``fast_path``: ``SQSBackend``'s.
+
+    ``defer_client`` (the renewer process's, from its worker): with fixed keys given,
+    an endpoint and a region, no proxy and the ``standard`` retry mode, the hot
+    calls go the lean path (``leasekeeper.backends.sqs_http``) and the boto3 client
+    is made only when another call needs it - so renewing imports no botocore.
     """
     # leasekeeper's module before the SDK's: without it, its ImportError names the extra
     from leasekeeper.backends.sqs import SQSBackend, classify_exception
@@ -179,13 +187,14 @@ def sqs(
         region = _default_region() or (named.group(1) if named else None)
     if region is None and configured is None and endpoint is not None:  # the URL's origin
         region = "us-east-1"  # a local stand-in takes any
-    from botocore.exceptions import NoRegionError
-
-    try:
-        settings = _sqs_config(client_options)
-        client = sqs_client(region_name=region, endpoint_url=endpoint, **settings)
-    except NoRegionError as exc:  # say which variables, and where on a cluster
-        raise ConfigError(f"NoRegionError: {aws_configuration(exc)}") from exc
+    where: dict[str, Any] = {"region_name": region, "endpoint_url": endpoint}
+    if verify is not None:
+        where["verify"] = verify
+    client: Any
+    if defer_client and fast_path and queue_url is not None and _deferrable(where, client_options):
+        client = _deferred_client(where, client_options)
+    else:
+        client = _made_client(where, client_options)
     if queue_url is None:
         try:
             queue_url = client.get_queue_url(QueueName=parsed.host)["QueueUrl"]
@@ -216,6 +225,51 @@ _SQS_CLIENT_OPTIONS = frozenset(
         "https_proxy",
     }
 )
+
+
+def _made_client(where: dict[str, Any], options: dict[str, Any]) -> SQSClient:
+    from botocore.exceptions import NoRegionError
+
+    try:
+        return sqs_client(**where, **_sqs_config(options))
+    except NoRegionError as exc:  # say which variables, and where on a cluster
+        raise ConfigError(f"NoRegionError: {aws_configuration(exc)}") from exc
+
+
+def _deferrable(where: dict[str, Any], options: dict[str, Any]) -> bool:
+    """Can the lean path make the calls alone: fixed keys, an endpoint and a region,
+    no proxy, the ``standard`` retry mode?"""
+    return bool(
+        where["region_name"]
+        and where["endpoint_url"]
+        and options.get("aws_access_key_id")
+        and options.get("aws_secret_access_key")
+        and not (options.get("http_proxy") or options.get("https_proxy"))
+        and (options.get("retry_mode") or "standard") == "standard"
+    )
+
+
+def _deferred_client(where: dict[str, Any], options: dict[str, Any]) -> Any:
+    """The client ``_made_client`` makes, made on first use; the lean path's route and
+    keys are the ones that client would have (``_sqs_config``'s defaults)."""
+    from leasekeeper.backends.sqs import MAX_WAIT_SECONDS
+    from leasekeeper.backends.sqs_http import DeferredClient, Route, StaticCredentials
+
+    route = Route(
+        endpoint=str(where["endpoint_url"]),
+        region=str(where["region_name"]),
+        connect_timeout=options.get("connect_timeout") or 5,
+        read_timeout=options.get("read_timeout") or MAX_WAIT_SECONDS + 10,
+        max_pool_connections=int(options.get("max_pool_connections") or 10),
+        max_attempts=options.get("max_attempts") or None,
+        verify=where.get("verify", True),
+    )
+    keys = StaticCredentials(
+        options["aws_access_key_id"],
+        options["aws_secret_access_key"],
+        options.get("aws_session_token") or None,
+    )
+    return DeferredClient(lambda: _made_client(where, options), route, keys)
 
 
 def _default_region() -> str | None:

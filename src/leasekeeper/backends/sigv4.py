@@ -21,8 +21,6 @@ import time
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from botocore.utils import normalize_url_path
-
 __all__ = ["RequestSigner", "host_header"]
 
 _ALGORITHM = "AWS4-HMAC-SHA256"
@@ -44,6 +42,23 @@ def host_header(url: str) -> str:
     return host
 
 
+def normalized_path(path: str) -> str:
+    """``path`` as botocore's signer normalises it: dot segments resolved
+    (RFC 3986, 5.2.4) and empty segments dropped, its leading and trailing slash
+    kept. (Its own, so signing needs none of botocore: the renewer process makes
+    the lean path's requests without importing it.)"""
+    kept: list[str] = []
+    for segment in path.split("/"):
+        if segment == "..":
+            if kept:
+                kept.pop()
+        elif segment and segment != ".":
+            kept.append(segment)
+    first = "/" if path.startswith("/") else ""
+    last = "/" if path.endswith("/") and kept else ""
+    return first + "/".join(kept) + last or "/"
+
+
 def _hmac(key: bytes, message: str) -> bytes:
     return hmac.new(key, message.encode("utf-8"), hashlib.sha256).digest()
 
@@ -60,7 +75,7 @@ class RequestSigner:
     def __init__(self, url: str, region: str, service: str) -> None:
         self.host = host_header(url)
         path = url.split("://", 1)[-1].partition("/")[2].partition("?")[0]
-        self._path = quote(normalize_url_path("/" + path), safe="/~")
+        self._path = quote(normalized_path("/" + path), safe="/~")
         self._region = region
         self._service = service
         self._scope_tail = f"/{region}/{service}/aws4_request"

@@ -29,7 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from leasekeeper.backends.contract import Backend, BackendSpec
-from leasekeeper.backends.urls import factory_for, parse_url, redact_url
+from leasekeeper.backends.urls import (
+    Factory,
+    factory_for,
+    factory_named,
+    factory_value,
+    parse_url,
+    redact_url,
+)
 from leasekeeper.errors import ConfigError
 
 __all__ = [
@@ -96,8 +103,11 @@ def connect(url: str, **options: Any) -> Backend:
     installed ones. The backend's ``spec()`` then describes this URL and these
     options, secrets left out.
     """
+    return _connect(factory_for(parse_url(url).scheme), url, options)
+
+
+def _connect(factory: Factory, url: str, options: Mapping[str, Any]) -> Backend:
     parsed = parse_url(url)
-    factory = factory_for(parsed.scheme)
     backend = factory(url, **options)
     if not isinstance(backend, Backend):
         raise ConfigError(
@@ -150,20 +160,28 @@ class URLSpec:
 class PrivateSpec:
     """A ``URLSpec`` and the secrets of the client it describes (keys given in code, a
     proxy's password): what the worker sends its renewer process over their private
-    socket, and nowhere else. ``build()`` passes both to ``connect``; no repr, str
-    or error shows a secret."""
+    socket, and nowhere else. ``build()`` passes both to ``connect`` - to the
+    factory ``factory`` names (``module:name``, found by the worker) where given,
+    so the renewer process need not read every package's metadata to find it. No
+    repr, str or error shows a secret."""
 
-    __slots__ = ("_secrets", "spec")
+    __slots__ = ("_secrets", "factory", "spec")
 
-    def __init__(self, spec: URLSpec, secrets: Mapping[str, Any]) -> None:
+    def __init__(
+        self, spec: URLSpec, secrets: Mapping[str, Any], factory: str | None = None
+    ) -> None:
         self.spec = spec
         self._secrets = dict(secrets)
+        self.factory = factory
 
     def build(self) -> Backend:
-        return connect(self.spec.url, **{**dict(self.spec.options), **self._secrets})
+        options = {**dict(self.spec.options), **self._secrets}
+        if self.factory is None:
+            return connect(self.spec.url, **options)
+        return _connect(factory_named(self.factory), self.spec.url, options)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (PrivateSpec, (self.spec, self._secrets))
+        return (PrivateSpec, (self.spec, self._secrets, self.factory))
 
     def __repr__(self) -> str:
         return f"PrivateSpec({self.spec!r}, secrets={sorted(self._secrets)})"
@@ -172,13 +190,18 @@ class PrivateSpec:
 def renewal_spec(backend: object) -> BackendSpec:
     """What the renewer process builds its backend from: ``spec_of(backend)``, with
     the secrets its client holds that the renewer could not find itself
-    (``backend.secret_options()``). For the renewer's private channel only."""
+    (``backend.secret_options()``) and its factory, found here. For the renewer's
+    private channel only."""
     spec: BackendSpec = spec_of(backend)
     secret_options = getattr(backend, "secret_options", None)
     secrets = secret_options() if callable(secret_options) else {}
-    if secrets and isinstance(spec, URLSpec):
-        return PrivateSpec(spec, secrets)
-    return spec
+    if not isinstance(spec, URLSpec):
+        return spec
+    try:
+        factory: str | None = factory_value(parse_url(spec.url).scheme)
+    except ValueError:  # no such scheme here: the renewer's connect says so, as before
+        factory = None
+    return PrivateSpec(spec, secrets, factory)
 
 
 # Backends whose class does not let connect set their spec (slots): id -> (ref, spec).

@@ -17,20 +17,16 @@ import json
 import logging
 import math
 import re
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-try:
-    from botocore import exceptions as boto
-
-    if importlib.util.find_spec("boto3") is None:  # the extra's; imported in schemes.sqs_client
-        raise ImportError("No module named 'boto3'")
-except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
-    raise ImportError(
+# The extra's SDK, found but not imported: botocore's exceptions are imported when a
+# call fails (the renewer process makes its calls on the lean path without botocore).
+if any(importlib.util.find_spec(sdk) is None for sdk in ("botocore", "boto3")):
+    raise ImportError(  # pragma: no cover - exercised in a subprocess by the tests
         "leasekeeper.backends.sqs needs boto3, which is not installed: "
         "pip install 'leasekeeper[sqs]'"
-    ) from _exc
+    )
 
 from leasekeeper.backends._credentials import aws_configuration
 from leasekeeper.backends.cloud import CloudBackend, ReadOnce
@@ -51,16 +47,21 @@ from leasekeeper.backends.spec import SQSSpec, URLSpec
 from leasekeeper.backends.sqs_http import (
     CLIENT_METHODS,
     OWN_CALL,
-    OWN_OPERATIONS,
+    DeferredClient,
+    LazyModule,
     LeanPath,
     lean_path,
-    one_attempt,
+    one_attempt_on,
+    renewal_options,
 )
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.errors import ReceiveError
 
 if TYPE_CHECKING:
+    from botocore import exceptions as boto
     from mypy_boto3_sqs import SQSClient
+else:
+    boto = LazyModule("botocore.exceptions")
 
 __all__ = ["SQSBackend", "SQSSpec", "classify_error", "classify_exception"]
 
@@ -171,13 +172,14 @@ def classify_error(
     return kind, f"{detail}: {note}" if note else detail
 
 
+# botocore's exceptions (named: their module is imported when one is raised)
 _NOT_CONFIGURED = (
-    boto.NoCredentialsError,
-    boto.PartialCredentialsError,
-    boto.UnknownCredentialError,
-    boto.ProfileNotFound,
-    boto.InvalidConfigError,
-    boto.BaseEndpointResolverError,
+    "NoCredentialsError",
+    "PartialCredentialsError",
+    "UnknownCredentialError",
+    "ProfileNotFound",
+    "InvalidConfigError",
+    "BaseEndpointResolverError",
 )
 
 
@@ -198,7 +200,9 @@ def _classify_exception(exc: BaseException) -> tuple[OutcomeKind, str, str]:
     name = type(exc).__name__  # botocore's text may quote a request's receipts: never kept
     if isinstance(exc, (boto.ConnectionError, boto.HTTPClientError)):
         return "retry", name, ""
-    if isinstance(exc, _NOT_CONFIGURED):  # which variable is missing, and where it goes
+    if isinstance(
+        exc, tuple(getattr(boto, error) for error in _NOT_CONFIGURED)
+    ):  # which variable is missing, and where it goes
         return "fatal", f"{name}: {aws_configuration(exc)}", ""
     if isinstance(exc, boto.ParamValidationError):
         return "fatal", f"{name}: malformed request (a leasekeeper bug, please report)", ""
@@ -299,29 +303,34 @@ class SQSBackend(CloudBackend):
         self._client = client
         self.client_retries = client_retries
         self.fast_path = fast_path
-        self._lean: LeanPath | None = lean_path(client) if fast_path else None
-        events = getattr(getattr(client, "meta", None), "events", None)
-        if not client_retries and events is not None:
-            for operation in OWN_OPERATIONS:  # the unique id: once per client
-                events.register_first(
-                    f"needs-retry.sqs.{operation}",
-                    one_attempt,
-                    unique_id=f"leasekeeper-one-attempt-{operation}",
-                )
+        self._lean: LeanPath | None = None
+        if fast_path:
+            self._lean = client.lean if isinstance(client, DeferredClient) else lean_path(client)
+        self._system_attribute_names = True  # the current API, until the client says
+        if isinstance(client, DeferredClient):  # the renewer process's: made when needed
+            client.when_made(self._adopt)
+        else:
+            self._adopt(client)
         self.queue_url = queue_url
         self.fifo = queue_url.rstrip("/").endswith(".fifo")
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.max_lease_age = check_lease_age(max_lease_age, float(MAX_VISIBILITY))
         self._lease_age_given = max_lease_age is not None
         self._attributes = ReadOnce(self._read_attributes)
+
+    def _adopt(self, client: Any) -> None:
+        if not self.client_retries:
+            one_attempt_on(client)
         self._system_attribute_names = _supports_system_attribute_names(client)
 
     def credentials_problem(self) -> str | None:
         return sqs_credentials_problem(self._client)
 
     def secret_options(self) -> dict[str, Any]:
-        """Keys given in code, a proxy's password: for the renewer process only."""
-        return sqs_secrets(self._client)
+        """Keys given in code, a proxy's password: for the renewer process only (with
+        fixed keys on the lean path, how it renews without botocore)."""
+        secrets = sqs_secrets(self._client)
+        return {**secrets, **renewal_options(self._lean, secrets)}
 
     def spec(self) -> URLSpec:
         """This queue by URL with its client's settings (``rebuild.sqs_settings``);
@@ -530,6 +539,8 @@ class SQSBackend(CloudBackend):
                 raise ValueError("a FIFO queue needs group_id (its MessageGroupId) for send")
             if seconds:
                 raise ValueError("a FIFO queue takes no per-message delay: send with delay=0")
+            import uuid  # (here: the renewer process never sends)
+
             params["MessageDeduplicationId"] = deduplication_id or uuid.uuid4().hex
         elif deduplication_id is not None:
             params["MessageDeduplicationId"] = deduplication_id

@@ -39,6 +39,7 @@ The client's own path keeps one thing here too: ``one_attempt``, the botocore
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -46,28 +47,53 @@ import socket
 import ssl
 import threading
 import time
-import urllib.request
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote, urlsplit
-
-from botocore import exceptions as boto
-from botocore.httpsession import get_cert_path
-from botocore.retries import quota, standard
 
 from leasekeeper.backends.keepalive import ExchangeError, KeepAlivePool
 from leasekeeper.backends.sigv4 import RequestSigner
 
+
+class LazyModule:
+    """A module imported on the first use of one of its names: botocore's exceptions
+    are needed when a call fails, and the renewer process, which makes the lean
+    path's calls alone, never imports botocore until one does."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._module: ModuleType | None = None
+
+    def __getattr__(self, attribute: str) -> Any:
+        module = self._module
+        if module is None:
+            module = self._module = importlib.import_module(self.name)
+        return getattr(module, attribute)
+
+
+if TYPE_CHECKING:
+    from botocore import exceptions as boto
+else:
+    boto = LazyModule("botocore.exceptions")
+
 __all__ = [
     "CLIENT_METHODS",
     "HOT_OPERATIONS",
+    "DeferredClient",
+    "StaticCredentials",
+    "LazyModule",
+    "Route",
     "OWN_CALL",
     "OWN_OPERATIONS",
     "one_attempt",
+    "one_attempt_on",
     "LeanPath",
     "lean_path",
     "parse_error",
+    "renewal_options",
+    "route_of",
     "why_not",
 ]
 
@@ -88,6 +114,7 @@ HOT_OPERATIONS = frozenset(CLIENT_METHODS)
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 _DECODER = json.JSONDecoder()
 JSON_CONTENT_TYPE = "application/x-amz-json-1.0"
+_DEFAULT_MAX_ATTEMPTS = 3  # botocore's standard retry mode's, the first attempt included
 _TARGET = "AmazonSQS."
 # The events a botocore call emits; a handler on one of them that botocore did not
 # register itself changes what the call does, so the lean path must not skip it.
@@ -119,8 +146,49 @@ class _Answer(NamedTuple):
     headers: Mapping[str, str]
 
 
+class Route(NamedTuple):
+    """Where and how the lean path sends a client's calls, in plain values (so the
+    renewer process can be given them): the resolved endpoint and region, the
+    timeouts and pool size, the attempts of botocore's ``standard`` retry mode and
+    ``verify``: False, True (an http endpoint) or the CA bundle's path."""
+
+    endpoint: str
+    region: str
+    connect_timeout: float | None
+    read_timeout: float | None
+    max_pool_connections: int
+    max_attempts: int | None
+    verify: bool | str
+
+
+def route_of(client: Any) -> Route:
+    """The route of ``client``'s calls (one ``why_not`` finds no reason against)."""
+    meta = client.meta
+    config = meta.config
+    endpoint = str(meta.endpoint_url)
+    verify: bool | str = True
+    if urlsplit(endpoint).scheme == "https":
+        verify = _verify_of(client)
+        if verify is not False:
+            from botocore.httpsession import get_cert_path  # the client's, loaded already
+
+            verify = str(get_cert_path(verify))  # type: ignore[arg-type]  # a path too
+    attempts = (config.retries or {}).get("total_max_attempts")
+    return Route(
+        endpoint=endpoint,
+        region=str(meta.region_name or "us-east-1"),
+        connect_timeout=config.connect_timeout,
+        read_timeout=config.read_timeout,
+        max_pool_connections=int(config.max_pool_connections or 10),
+        max_attempts=int(attempts) if attempts else None,
+        verify=verify,
+    )
+
+
 def why_not(client: Any) -> str | None:
     """Why the lean path cannot make ``client``'s calls as the client would, or None."""
+    import urllib.request  # (here: the renewer process never asks)
+
     meta = getattr(client, "meta", None)
     config = getattr(meta, "config", None)
     model = getattr(meta, "service_model", None)
@@ -244,67 +312,100 @@ class LeanPath:
     encode: Callable[[Any], bytes] = staticmethod(lambda value: _ENCODER.encode(value).encode())
     decode: Callable[[bytes], Any] = staticmethod(lambda data: _DECODER.decode(data.decode()))
 
-    def __init__(self, client: Any) -> None:
-        reason = why_not(client)
-        if reason is not None:
-            raise ValueError(f"the lean SQS path cannot stand in for this client: {reason}")
-        meta = client.meta
-        config = meta.config
-        self._client_ref = weakref.ref(client)
-        self._events = meta.events
-        self._credentials = _credentials_of(client)
-        self._region = str(meta.region_name or "us-east-1")
-        self._service_model = meta.service_model
-        self._exceptions = client.exceptions
-        self.endpoint = str(meta.endpoint_url)
+    def __init__(
+        self,
+        route: Route,
+        credentials: Any,
+        client: Callable[[], Any],
+        *,
+        events: Any = None,
+    ) -> None:
+        """The path of ``route``, signing with ``credentials`` (botocore's kind: a
+        ``get_frozen_credentials()``; None: none). ``client`` answers the botocore
+        client, made when first asked where it is not made yet: its service model
+        is read only when a failed call asks the retry policy, its modeled error
+        classes only when ``events`` (the client's, whose hooks ``usable`` checks)
+        are given. ``LeanPath.of(client)``: the path of a client at hand."""
+        self.route = route
+        self._client = client
+        self._events = events
+        self._credentials = credentials
+        self._region = route.region
+        self.endpoint = route.endpoint
         parts = urlsplit(self.endpoint)
         self._path = parts.path or "/"
         tls: ssl.SSLContext | None = None
         if parts.scheme == "https":
-            verify = _verify_of(client)
-            if verify is False:
+            if route.verify is False:
                 tls = ssl.create_default_context()
                 tls.check_hostname = False
                 tls.verify_mode = ssl.CERT_NONE
             else:
-                tls = ssl.create_default_context(cafile=get_cert_path(verify))  # type: ignore[arg-type]  # a path too
+                cafile = route.verify if isinstance(route.verify, str) else None
+                tls = ssl.create_default_context(cafile=cafile)
         self._signer = RequestSigner(self.endpoint, self._region, "sqs")
         self._pool = KeepAlivePool(
             str(parts.hostname),
             parts.port or (443 if parts.scheme == "https" else 80),
             host_header=self._signer.host,
-            connect_timeout=config.connect_timeout,
-            read_timeout=config.read_timeout,
-            maxsize=int(config.max_pool_connections or 10),
+            connect_timeout=route.connect_timeout,
+            read_timeout=route.read_timeout,
+            maxsize=route.max_pool_connections,
             tls=tls,
         )
-        attempts = (config.retries or {}).get("total_max_attempts")
-        self.max_attempts = int(attempts) if attempts else standard.DEFAULT_MAX_ATTEMPTS
-        adapter = standard.RetryEventAdapter()
-        throttling = standard.ThrottlingErrorDetector(adapter)
-        self._quota = standard.RetryQuotaChecker(quota.RetryQuota(), throttling)
-        self._retry = standard.RetryHandler(
-            retry_policy=standard.RetryPolicy(
-                retry_checker=standard.StandardRetryConditions(max_attempts=self.max_attempts),
-                retry_backoff=standard.ExponentialBackoff(
-                    service_name="sqs", throttling_detector=throttling
-                ),
-            ),
-            retry_event_adapter=adapter,
-            retry_quota=self._quota,  # type: ignore[arg-type]  # botocore's stubs say RetryQuota
-            service_name="sqs",
-        )
+        self.max_attempts = route.max_attempts or _DEFAULT_MAX_ATTEMPTS
+        # botocore's retry policy, made at the first failed call (its import is
+        # most of the renewer process's start-up otherwise). Until then its quota
+        # would be full: a success gives nothing back to a full quota.
+        self._retry: Any = None
+        self._quota: Any = None
         self._operations: dict[str, Any] = {}
         self._hooks_checked: object = None  # the emitter's lookup cache when last checked
         self._hooks_foreign = True
         self._lock = threading.Lock()
         self.sleep: Callable[[float], None] = time.sleep
 
+    @classmethod
+    def of(cls, client: Any) -> LeanPath:
+        """The path of ``client``'s hot calls; ValueError where ``why_not`` says why not."""
+        reason = why_not(client)
+        if reason is not None:
+            raise ValueError(f"the lean SQS path cannot stand in for this client: {reason}")
+        ref = weakref.ref(client)
+        return cls(route_of(client), _credentials_of(client), ref, events=client.meta.events)
+
+    def _retry_policy(self) -> Any:
+        """botocore's ``standard`` retry handler for this path, made once."""
+        with self._lock:
+            if self._retry is None:
+                from botocore.retries import quota, standard
+
+                adapter = standard.RetryEventAdapter()
+                throttling = standard.ThrottlingErrorDetector(adapter)
+                self._quota = standard.RetryQuotaChecker(quota.RetryQuota(), throttling)
+                self._retry = standard.RetryHandler(
+                    retry_policy=standard.RetryPolicy(
+                        retry_checker=standard.StandardRetryConditions(
+                            max_attempts=self.max_attempts
+                        ),
+                        retry_backoff=standard.ExponentialBackoff(
+                            service_name="sqs", throttling_detector=throttling
+                        ),
+                    ),
+                    retry_event_adapter=adapter,
+                    retry_quota=self._quota,
+                    service_name="sqs",
+                )
+            return self._retry
+
     # ------------------------------------------------------------------ when
 
     def usable(self) -> bool:
         """False while the client has event hooks of its user's (checked again
-        whenever a handler is registered or removed)."""
+        whenever a handler is registered or removed); True without the client's
+        events (a client leasekeeper makes for itself, as the renewer process's)."""
+        if self._events is None:
+            return True
         emitter = getattr(self._events, "_emitter", None)
         cache = getattr(emitter, "_lookup_cache", None)
         if cache is None:
@@ -332,11 +433,12 @@ class LeanPath:
                 caught = exc
             else:
                 if answer.status_code < 300:
-                    self._quota.release_retry_quota(context, answer)  # type: ignore[arg-type]
+                    if self._quota is not None:
+                        self._quota.release_retry_quota(context, answer)
                     return self.decode(data) if data.strip() else {}
                 parsed = parse_error(answer.status_code, answer.headers, data)
             if retries:
-                delay = self._retry.needs_retry(
+                delay = self._retry_policy().needs_retry(
                     response=None if answer is None else (answer, parsed),
                     attempts=attempt,
                     operation=self._operation(operation),
@@ -350,13 +452,24 @@ class LeanPath:
             if caught is not None:
                 raise caught
             parsed["ResponseMetadata"]["RetryAttempts"] = attempt - 1
-            code = parsed["Error"].get("QueryErrorCode") or parsed["Error"]["Code"]
-            raise self._exceptions.from_code(code)(parsed, operation)
+            raise self._client_error(parsed, operation)
+
+    def _client_error(self, parsed: dict[str, Any], operation: str) -> Exception:
+        """The ClientError the client raises: its modeled class where the client is
+        at hand, else botocore's ``ClientError`` (the same response, so the same
+        code to classify)."""
+        client = self._client() if self._events is not None else None
+        if client is None:
+            return boto.ClientError(parsed, operation)  # type: ignore[arg-type]
+        code = parsed["Error"].get("QueryErrorCode") or parsed["Error"]["Code"]
+        error: Exception = client.exceptions.from_code(code)(parsed, operation)
+        return error
 
     def _operation(self, name: str) -> Any:
         found = self._operations.get(name)
         if found is None:
-            found = self._operations[name] = self._service_model.operation_model(name)
+            model = self._client().meta.service_model
+            found = self._operations[name] = model.operation_model(name)
         return found
 
     def _signed_headers(self, operation: str, body: bytes) -> dict[str, str]:
@@ -434,6 +547,18 @@ def one_attempt(
     raise boto.ClientError(parsed, name)
 
 
+def one_attempt_on(client: Any) -> None:
+    """Register ``one_attempt`` on ``client``'s events (once per client)."""
+    events = getattr(getattr(client, "meta", None), "events", None)
+    if events is not None:
+        for operation in OWN_OPERATIONS:  # the unique id: once per client
+            events.register_first(
+                f"needs-retry.sqs.{operation}",
+                one_attempt,
+                unique_id=f"leasekeeper-one-attempt-{operation}",
+            )
+
+
 # ---------------------------------------------------------------------- one path per client
 
 _PATHS: weakref.WeakKeyDictionary[Any, LeanPath | None] = weakref.WeakKeyDictionary()
@@ -448,10 +573,75 @@ def lean_path(client: Any) -> LeanPath | None:
             if client in _PATHS:
                 return _PATHS[client]
             reason = why_not(client)
-            path = LeanPath(client) if reason is None else None
+            path = LeanPath.of(client) if reason is None else None
             _PATHS[client] = path
     except TypeError:  # neither hashable nor weakly referenced: an unusual client
         return None
     if reason is not None:
         log.debug("SQS calls go through the boto3 client: %s", reason)
     return path
+
+
+# ---------------------------------------------------------------------- a client made when needed
+
+
+class StaticCredentials(NamedTuple):
+    """Fixed keys, as botocore's credentials hand them to a signer."""
+
+    access_key: str
+    secret_key: str
+    token: str | None = None
+
+    def get_frozen_credentials(self) -> StaticCredentials:
+        return self
+
+
+class DeferredClient:
+    """A boto3 SQS client made on its first use, and the lean path that makes the hot
+    calls meanwhile (and after) with fixed keys: what the renewer process of a
+    worker whose client allows it builds (``schemes.sqs``'s ``defer_client``), so
+    that renewing never imports botocore unless a call needs the client. Every
+    attribute but ``lean`` and ``made`` is the client's."""
+
+    def __init__(self, make: Callable[[], Any], route: Route, keys: StaticCredentials) -> None:
+        self._make = make
+        self._client: Any = None
+        self._lock = threading.RLock()
+        self._on_made: list[Callable[[Any], None]] = []
+        self.lean = LeanPath(route, keys, self.made)
+
+    def made(self) -> Any:
+        """The client, made now if it is not yet."""
+        with self._lock:
+            if self._client is None:
+                log.debug("making the SQS client a call needs")
+                self._client = self._make()
+                for adopt in self._on_made:
+                    adopt(self._client)
+                self._on_made.clear()
+            return self._client
+
+    def when_made(self, adopt: Callable[[Any], None]) -> None:
+        """Call ``adopt(client)`` once the client is made (now if it is)."""
+        with self._lock:
+            if self._client is None:
+                self._on_made.append(adopt)
+                return
+        adopt(self._client)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.made(), name)
+
+    def __repr__(self) -> str:
+        return f"DeferredClient({self.lean.endpoint!r}, made={self._client is not None})"
+
+
+def renewal_options(lean: LeanPath | None, secrets: Mapping[str, Any]) -> dict[str, Any]:
+    """The factory options that let the renewer process make the hot calls of a
+    client whose ``lean`` path is in use and whose fixed keys are among ``secrets``
+    without botocore (``defer_client``), over the same TLS verification."""
+    if lean is None or not secrets.get("aws_secret_access_key"):
+        return {}
+    return {"defer_client": True, "verify": lean.route.verify}

@@ -5,19 +5,24 @@ the entry-point group ``leasekeeper.backends`` (see ``leasekeeper.backends.regis
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Mapping
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import parse_qsl, urlsplit
 
 from leasekeeper.errors import ConfigError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Factory",
     "QueueURL",
     "factory_for",
+    "factory_named",
+    "factory_value",
     "installed_schemes",
     "parse_url",
     "redact_url",
@@ -106,6 +111,8 @@ def redact_url(url: str) -> str:
 
 def installed_schemes() -> dict[str, EntryPoint]:
     """Every scheme of the ``leasekeeper.backends`` entry-point group, by name."""
+    from importlib.metadata import entry_points  # (reading every package's metadata)
+
     found: dict[str, EntryPoint] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         scheme = entry.name.lower()
@@ -123,6 +130,33 @@ def installed_schemes() -> dict[str, EntryPoint]:
 
 def factory_for(scheme: str) -> Factory:
     """The factory registered for ``scheme``; ValueError naming the installed ones."""
+    entry = _entry(scheme)
+    return _checked(str(entry.value), entry.load())
+
+
+def factory_value(scheme: str) -> str:
+    """The ``module:name`` of the factory registered for ``scheme`` (``factory_named``
+    loads it in another process without reading the packages' metadata again)."""
+    return str(_entry(scheme).value)
+
+
+def factory_named(value: str) -> Factory:
+    """The factory ``value`` (``module:name [extras]``, as ``factory_value`` gives)
+    names, loaded as its entry point would load it."""
+    module, _, name = value.partition("[")[0].partition(":")
+    found: Any = importlib.import_module(module.strip())
+    for part in name.strip().split(".") if name.strip() else ():
+        found = getattr(found, part)
+    return _checked(value, found)
+
+
+def _checked(value: str, factory: Any) -> Factory:
+    if not callable(factory):
+        raise ConfigError(f"the {ENTRY_POINT_GROUP} entry point {value!r} is not callable")
+    return factory  # type: ignore[no-any-return]
+
+
+def _entry(scheme: str) -> EntryPoint:
     schemes = installed_schemes()
     entry = schemes.get(scheme.lower())
     if entry is None:
@@ -136,7 +170,4 @@ def factory_for(scheme: str) -> Factory:
         raise ValueError(
             f"no leasekeeper backend for the scheme {scheme!r}; installed schemes: {known}{hint}"
         )
-    factory = entry.load()
-    if not callable(factory):
-        raise ConfigError(f"the {ENTRY_POINT_GROUP} entry point {entry.value!r} is not callable")
-    return factory  # type: ignore[no-any-return]
+    return entry
