@@ -40,8 +40,8 @@ class BotocoreSigned(LeanPath):
 class HttpClientPath(LeanPath):
     """The lean path over the stdlib's http.client, one connection per thread."""
 
-    def __init__(self, client: Any) -> None:
-        super().__init__(client)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         parts = urlsplit(self.endpoint)
         self._host, self._port = parts.hostname or "", parts.port or 80
         self._local = threading.local()
@@ -67,9 +67,9 @@ def candidates(client: Any) -> dict[str, Call]:
     and each variant whose package is installed."""
     out: dict[str, Call] = {
         "boto3 client": lambda op, params: getattr(client, CLIENT_METHODS[op])(**params),
-        "lean (own SigV4 signer and keep-alive client, json)": LeanPath(client).call,
-        "lean, botocore's SigV4Auth": BotocoreSigned(client).call,
-        "lean over http.client": HttpClientPath(client).call,
+        "lean (own SigV4 signer and keep-alive client, json)": LeanPath.of(client).call,
+        "lean, botocore's SigV4Auth": BotocoreSigned.of(client).call,
+        "lean over http.client": HttpClientPath.of(client).call,
     }
     if importlib.util.find_spec("awscrt") is not None:
         from botocore.crt.auth import CrtSigV4Auth
@@ -77,7 +77,7 @@ def candidates(client: Any) -> dict[str, Call]:
         class CrtSigned(BotocoreSigned):
             signer = CrtSigV4Auth
 
-        out["lean, awscrt's SigV4 signer"] = CrtSigned(client).call
+        out["lean, awscrt's SigV4 signer"] = CrtSigned.of(client).call
     if importlib.util.find_spec("orjson") is not None:
         import orjson
 
@@ -85,5 +85,5 @@ def candidates(client: Any) -> dict[str, Call]:
             encode = staticmethod(orjson.dumps)
             decode = staticmethod(orjson.loads)
 
-        out["lean, orjson codec"] = OrjsonCoded(client).call
+        out["lean, orjson codec"] = OrjsonCoded.of(client).call
     return out
