@@ -229,6 +229,9 @@ class Worker:
         shutdown as ``stop()`` (also kept in ``self.error``).
         """
         self.error = None
+        # Each run its own hand-off and threads: the last run's ended with it.
+        self._jobs = _HandOut()
+        self._handlers = []
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):

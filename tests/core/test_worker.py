@@ -160,6 +160,11 @@ def test_worker_on_a_shared_manager_leaves_it_open(clock: ManualClock) -> None:
     drive(clock, thread)
     assert out[0].completed == 1
     assert not manager.closed
+    # Run again, as a user of a manager of their own may: the new job is handled.
+    queue.send("another job")
+    thread, out = run_in_thread(worker.run, until_idle=3)
+    drive(clock, thread)
+    assert out[0].completed == 2 and len(queue) == 0
     manager.close()
 
 
