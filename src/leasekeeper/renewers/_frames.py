@@ -210,6 +210,10 @@ class FrameReader:
     def __init__(self, conn: Connection) -> None:
         self._fd = conn.fileno()
         self._buffer = bytearray()
+        # Read into this one buffer: ``os.read`` would allocate READ_SIZE bytes a read
+        # (above malloc's mmap threshold: an mmap, a page fault and a munmap each).
+        self._chunk = bytearray(READ_SIZE)
+        self._chunk_view = memoryview(self._chunk)
 
     def read(self) -> list[Any]:
         """The frames that have arrived, at least one (waits for it); EOFError when
@@ -229,10 +233,10 @@ class FrameReader:
             self._fill()
 
     def _fill(self) -> None:
-        chunk = os.read(self._fd, READ_SIZE)
-        if not chunk:
+        size = os.readv(self._fd, (self._chunk,))
+        if not size:
             raise EOFError
-        self._buffer += chunk
+        self._buffer += self._chunk_view[:size]
 
     def _split(self) -> list[Any]:
         """The whole frames at the front of the buffer, unpickled; the rest kept."""
