@@ -199,6 +199,26 @@ _LONG = struct.Struct("!Q")  # ... after a -1, for a frame of 2 GiB or more
 READ_SIZE = 1 << 18  # bytes asked of the socket per read
 
 
+def encode_frame(frame: tuple[Any, ...]) -> bytes:
+    """``frame`` as ``send_frame`` writes it: its length, then its pickle. Frames encoded
+    so go out several in one write (``renewers._sender``: their bytes joined), and are
+    read as ``send_frame``'s are, one by one."""
+    data = pickle.dumps(frame, _PROTOCOL)
+    size = len(data)
+    if size > 0x7FFFFFFF:
+        return _SHORT.pack(-1) + _LONG.pack(size) + data
+    return _SHORT.pack(size) + data
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (a blocking socket); OSError when it is gone."""
+    written = os.write(fd, data)
+    if written < len(data):
+        with memoryview(data) as view:
+            while written < len(data):
+                written += os.write(fd, view[written:])
+
+
 class FrameReader:
     """Reads the frames ``send_frame`` wrote, as many at once as have arrived: one
     read of up to ``READ_SIZE`` bytes, split into frames here, where
