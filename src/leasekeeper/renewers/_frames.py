@@ -199,6 +199,26 @@ _LONG = struct.Struct("!Q")  # ... after a -1, for a frame of 2 GiB or more
 READ_SIZE = 1 << 18  # bytes asked of the socket per read
 
 
+def encode_frame(frame: tuple[Any, ...]) -> bytes:
+    """``frame`` as ``send_frame`` writes it: its length, then its pickle. Frames encoded
+    so go out several in one write (``renewers._sender``: their bytes joined), and are
+    read as ``send_frame``'s are, one by one."""
+    data = pickle.dumps(frame, _PROTOCOL)
+    size = len(data)
+    if size > 0x7FFFFFFF:
+        return _SHORT.pack(-1) + _LONG.pack(size) + data
+    return _SHORT.pack(size) + data
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (a blocking socket); OSError when it is gone."""
+    written = os.write(fd, data)
+    if written < len(data):
+        with memoryview(data) as view:
+            while written < len(data):
+                written += os.write(fd, view[written:])
+
+
 class FrameReader:
     """Reads the frames ``send_frame`` wrote, as many at once as have arrived: one
     read of up to ``READ_SIZE`` bytes, split into frames here, where
@@ -210,6 +230,10 @@ class FrameReader:
     def __init__(self, conn: Connection) -> None:
         self._fd = conn.fileno()
         self._buffer = bytearray()
+        # Read into this one buffer: ``os.read`` would allocate READ_SIZE bytes a read
+        # (above malloc's mmap threshold: an mmap, a page fault and a munmap each).
+        self._chunk = bytearray(READ_SIZE)
+        self._chunk_view = memoryview(self._chunk)
 
     def read(self) -> list[Any]:
         """The frames that have arrived, at least one (waits for it); EOFError when
@@ -229,10 +253,10 @@ class FrameReader:
             self._fill()
 
     def _fill(self) -> None:
-        chunk = os.read(self._fd, READ_SIZE)
-        if not chunk:
+        size = os.readv(self._fd, (self._chunk,))
+        if not size:
             raise EOFError
-        self._buffer += chunk
+        self._buffer += self._chunk_view[:size]
 
     def _split(self) -> list[Any]:
         """The whole frames at the front of the buffer, unpickled; the rest kept."""

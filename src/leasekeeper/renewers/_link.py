@@ -17,17 +17,16 @@ built there after all is reported by ``wait_serving`` (ConfigError, with its
 reason).
 
 Then it sends frames (``_frames``, several in one write: ``renewers._sender``), waits
-for replies (``ask``), and hands every other
-frame to its ``on_frame`` callback from a reader thread. When the renewer dies its
-pending requests are answered ``DIED`` and ``on_gone`` is called, on the reader
-thread.
+for replies (``ask``: the waiting thread reads them itself when no other does,
+``renewers._replies``), and hands every other frame to its ``on_frame`` callback -
+on the thread that read it: a waiting thread, or the reader thread, which reads
+what comes while no thread waits. When the renewer dies its pending requests are
+answered ``DIED`` at once and ``on_gone`` is called, on the reader thread.
 """
 
 from __future__ import annotations
 
-import _thread
 import contextlib
-import itertools
 import logging
 import os
 import socket
@@ -52,27 +51,13 @@ from leasekeeper.renewers._frames import (
     recv_frame,
     send_frame,
 )
+from leasekeeper.renewers._replies import Replies
 from leasekeeper.renewers._sender import FrameSender
 
 log = logging.getLogger("leasekeeper.renewer")
 
 START_TIMEOUT = 30.0  # seconds for the renewer to start, and again to build its backend
 DIED = "the renewer process died"
-
-
-class _Reply:
-    """One request's answer, waited for on a plain lock (cheaper than an Event)."""
-
-    __slots__ = ("latch", "payload")
-
-    def __init__(self) -> None:
-        self.latch = _thread.allocate_lock()
-        self.latch.acquire()
-        self.payload: Any = None
-
-    def set(self, payload: Any) -> None:
-        self.payload = payload
-        self.latch.release()
 
 
 class RenewerLink:
@@ -93,11 +78,6 @@ class RenewerLink:
         self._settled = threading.Event()
         self._died = False  # gone before it served
         self.failure: str | None = None  # why it could not build its backend
-        # Guards _replies, _ended and the outgoing frames (``FrameSender``).
-        self._send_lock = threading.Lock()
-        self._replies: dict[int, _Reply] = {}
-        self._requests = itertools.count(1)
-        self._ended = False  # its reader saw it go: no reply will come
         # What the reader does with each frame: these here, every other to on_frame.
         self._handlers: dict[type, Callable[[Any], None]] = {
             Batch: self._batch,
@@ -106,7 +86,10 @@ class RenewerLink:
             Failed: self._failed,
         }
         self.proc, self._conn = _start(payload, precheck)
-        self._sender = FrameSender(self._conn, self._send_lock)
+        self._sender = FrameSender(self._conn, threading.Lock())
+        self._replies = Replies(
+            self._conn.fileno(), FrameReader(self._conn), self._apply, dead=DIED
+        )
         self._reader = threading.Thread(
             target=self._read, name="leasekeeper-renewer-reader", daemon=True
         )
@@ -148,20 +131,19 @@ class RenewerLink:
     def ask(self, make: Callable[[int], tuple[Any, ...]]) -> Any:
         """Send the request ``make(request id)``; wait for its reply's payload
         (``DIED`` if the renewer died first)."""
-        reply = _Reply()
-        with self._send_lock:
-            if self._ended:
-                return DIED
-            request = next(self._requests)
-            self._replies[request] = reply
+        opened = self._replies.open()
+        if opened is None:
+            return DIED
+        request, waiter = opened
         try:
             self._sender.send(make(request))
         except OSError:
-            with self._send_lock:
-                self._replies.pop(request, None)
+            self._replies.cancel(request, waiter)
             return DIED
-        reply.latch.acquire()  # released by the reader thread (or by _gone)
-        return reply.payload
+        except BaseException:  # (KeyboardInterrupt): not left holding the reading
+            self._replies.cancel(request, waiter)
+            raise
+        return self._replies.wait(waiter)
 
     def kill(self) -> None:
         """Stop a renewer that cannot serve (it held nothing) and wait for it."""
@@ -185,21 +167,21 @@ class RenewerLink:
         self.closing = True
         with contextlib.suppress(OSError):
             os.close(self._conn.fileno())
+        self._replies.close()  # (this process's copy: the parent's set is its own)
 
     def _read(self) -> None:
-        """The reader thread: replies to their waiters, the rest to ``on_frame``."""
-        reader = FrameReader(self._conn)
-        while True:
-            try:
-                frames = reader.read()
-            except (EOFError, OSError):
-                break
-            for frame in frames:
-                try:
-                    self._dispatch(frame)
-                except Exception:
-                    log.exception("renewer frame %s could not be applied", type(frame).__name__)
+        """The reader thread: what arrives while no thread waits for a reply; then the end."""
+        self._replies.serve()
         self._gone()
+
+    def _apply(self, frames: list[tuple[Any, ...]]) -> None:
+        """Frames read (by a waiting thread or the reader thread): replies to their
+        waiters, the rest to ``on_frame``."""
+        for frame in frames:
+            try:
+                self._dispatch(frame)
+            except Exception:
+                log.exception("renewer frame %s could not be applied", type(frame).__name__)
 
     def _dispatch(self, frame: tuple[Any, ...]) -> None:
         handler = self._handlers.get(type(frame))
@@ -213,10 +195,7 @@ class RenewerLink:
             self._dispatch(inner)
 
     def _done(self, frame: Done) -> None:
-        with self._send_lock:
-            reply = self._replies.pop(frame.request, None)
-        if reply is not None:
-            reply.set(frame.payload)
+        self._replies.answer(frame.request, frame.payload)
 
     def _serving(self, frame: Serving) -> None:
         self._settled.set()
@@ -230,13 +209,9 @@ class RenewerLink:
         if not self._settled.is_set():
             self._died = True
         self._settled.set()
-        with self._send_lock:
-            self._ended = True
-            replies = list(self._replies.values())
-            self._replies.clear()
-        for reply in replies:
-            reply.set(DIED)
-        self._conn.close()
+        self._replies.end()  # (answered already when a waiting thread read the end)
+        self._sender.close(self._conn.close)  # once no write is under way
+        self._replies.close()
         self.proc.wait()
         if self.closing:
             return

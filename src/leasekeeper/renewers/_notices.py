@@ -3,7 +3,8 @@
 The renewer process tells the worker what happened to its leases - new receipts
 and deadlines (``Extended``), endings (``Ended``), rollovers (``Rolling``) and, when
 the worker has observers, their events (``Event``). ``Notices`` applies them to
-``renewers.process.ProcessRenewer``'s leases, on the link's reader thread.
+``renewers.process.ProcessRenewer``'s leases, on the thread that read them (the
+link's reader thread, or a thread waiting for a reply: ``renewers._replies``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from leasekeeper.renewers._frames import Ended, Event, Extended, Rolling
 
 
 class Notices:
-    """What the renewer's notices do to the leases here (on the link's reader thread):
+    """What the renewer's notices do to the leases here (on the thread that read them):
     new receipts and deadlines, endings, rollovers, observer events."""
 
     def __init__(

@@ -17,10 +17,12 @@ is waited for the same way by the next ``register`` (or ``start()``). Then:
   the requests that arrive together there are done in one call and answered in
   one write.
 - The renewer's notices - new receipts and deadlines, leases lost or abandoned -
-  are read by a reader thread and applied to the leases here; ``on_lost`` runs on
-  a separate notifier thread, never on the reader (a callback may call
-  ``complete()``, which waits for the reader). A notice that arrives while this
-  process is stuck in C code waits in the socket and is applied when it runs again.
+  are read by the link's reader thread (or by a thread waiting for a reply, which
+  reads the socket itself when it is alone: ``renewers._replies``) and applied to
+  the leases here; ``on_lost`` runs on a separate notifier thread, never on a
+  reading thread (a callback may call ``complete()``, which needs the socket read).
+  A notice that arrives while this process is stuck in C code waits in the socket
+  and is applied when it runs again.
 - When the renewer dies, every lease it held is reported lost, pending requests
   fail with ``LeaseLost``, and a new renewer is started for new leases.
 
@@ -158,7 +160,7 @@ class ProcessRenewer:
         # A subclass's own complete/release sees every lease of the batch forms.
         self._completes_one_by_one, self._releases_one_by_one = singles(self, ProcessRenewer)
         self._registers_one_by_one = overrides(self, ProcessRenewer, "register")
-        # What the renewer's notices do (on the link's reader thread).
+        # What the renewer's notices do (on the thread that read them: ``renewers._replies``).
         self._apply = Notices(self._leases, self._end, self._calls, self._queues.all).apply
         self._maker = LinkMaker(self._queues.all, payload)
         self._link: RenewerLink | None = None
@@ -554,8 +556,8 @@ class ProgressRelay:
 
 class Notifier:
     """The notifier thread: ``on_lost`` and its log line (``_transitions.tell_lost``),
-    off the link's reader thread (a callback may call ``complete()``, which waits for
-    the reader)."""
+    off the threads that read the renewer's socket (a callback may call ``complete()``,
+    which needs the socket read)."""
 
     def __init__(self, count_error: Callable[[], None]) -> None:
         self.on_lost: OnLost | None = None
