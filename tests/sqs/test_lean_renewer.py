@@ -27,7 +27,8 @@ SDK = ("botocore", "boto3", "urllib3")
 
 # What the renewer process does with its worker's spec: build its manager, renew and
 # delete the lease the worker holds, tell what it imported of the SDK (and whether
-# it read the installed packages' metadata to find the factory: the worker did).
+# it read the installed packages' metadata to find the factory: the worker did; or
+# multiprocessing, whose connection module its socket's end does without).
 RENEWER = textwrap.dedent(
     """
     import pickle, sys
@@ -42,7 +43,7 @@ RENEWER = textwrap.dedent(
     print([outcome.kind for outcome in backend.delete([handle])])
     print(sorted(m for m in sys.modules if m.split(".")[0] in {sdk!r} or m == {metadata!r}))
     """
-).format(sdk=SDK, metadata="importlib.metadata")
+).format(sdk=(*SDK, "multiprocessing"), metadata="importlib.metadata")
 
 
 def run_renewer(spec: Any, message_id: str, receipt: str, **env: str) -> list[str]:

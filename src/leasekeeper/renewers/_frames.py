@@ -4,7 +4,7 @@ Each frame is a small ``NamedTuple`` of its own, defined here and nowhere else: 
 new frame is added in this file (and a handler in each side's dispatch table), and
 a frame built without a field is a type error, not an ``IndexError`` at the other
 end. Frames cross as length-prefixed pickles (``send_frame``/``recv_frame`` over a
-``multiprocessing.connection.Connection``); a ``Batch`` carries several in one write,
+a ``renewers._channel.Channel``); a ``Batch`` carries several in one write,
 and a ``FrameReader`` takes every frame that has arrived in one read.
 
 worker -> renewer: ``Hello`` (first, before anything else), ``Add`` (no reply),
@@ -29,10 +29,10 @@ import pickle
 import select
 import struct
 from collections.abc import Sequence
-from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
 from leasekeeper.errors import BackendError, ConfigError, LeaseError, LeaseLost, ManagerClosed
+from leasekeeper.renewers._channel import Channel
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
@@ -183,13 +183,13 @@ class Batch(NamedTuple):
 # ---------------------------------------------------------------------- the socket
 
 
-def send_frame(conn: Connection, frame: tuple[Any, ...]) -> None:
+def send_frame(conn: Channel, frame: tuple[Any, ...]) -> None:
     """Send one frame. (``Connection.send`` pickles through multiprocessing's
     ForkingPickler, a new Pickler per call: several times the cost, per frame.)"""
     conn.send_bytes(pickle.dumps(frame, _PROTOCOL))
 
 
-def recv_frame(conn: Connection) -> Any:
+def recv_frame(conn: Channel) -> Any:
     """Receive one frame (EOFError when the other end is gone)."""
     return pickle.loads(conn.recv_bytes())
 
@@ -227,7 +227,7 @@ class FrameReader:
     may be read by ``recv_frame`` first (the start-up handshake) and by this after.
     One reader per connection, used by one thread at a time."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Channel) -> None:
         self._fd = conn.fileno()
         self._buffer = bytearray()
         # Read into this one buffer: ``os.read`` would allocate READ_SIZE bytes a read

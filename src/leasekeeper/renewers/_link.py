@@ -34,12 +34,12 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection
 from typing import Any
 
 from leasekeeper.backends.cloud import CloudBackend
 from leasekeeper.backends.contract import Backend
 from leasekeeper.errors import ConfigError, LeaseLost
+from leasekeeper.renewers._channel import Channel
 from leasekeeper.renewers._frames import (
     Batch,
     Done,
@@ -261,7 +261,7 @@ class LinkMaker:
 
 def _start(
     payload: bytes, precheck: Callable[[], str | None] | None
-) -> tuple[subprocess.Popen[bytes], Connection]:
+) -> tuple[subprocess.Popen[bytes], Channel]:
     ours, theirs = socket.socketpair()
     try:
         proc = subprocess.Popen(
@@ -272,7 +272,7 @@ def _start(
         )
     finally:
         theirs.close()
-    conn = Connection(ours.detach())
+    conn = Channel(ours.detach())
     answer: Any = Failed("no answer")
     try:
         try:

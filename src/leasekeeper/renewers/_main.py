@@ -43,7 +43,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
 from leasekeeper.backends.contract import Backend, Message
@@ -54,6 +53,7 @@ from leasekeeper.manager import LeaseManager
 from leasekeeper.observers import CallEvent, Observer
 from leasekeeper.reasons import LostReason
 from leasekeeper.record import LeaseRecord, LeaseState
+from leasekeeper.renewers._channel import Channel
 from leasekeeper.renewers._frames import (
     Abandon,
     Add,
@@ -104,7 +104,7 @@ class Outbox:
     read; a request's reply is sent by the thread that did the request (``reply``),
     one thread handoff less on the worker's round trip."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Channel) -> None:
         self._conn = conn
         self._send_lock = threading.Lock()  # guards the socket's sending side
         self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
@@ -232,7 +232,7 @@ class ChildRenewer:
 
     def __init__(
         self,
-        conn: Connection,
+        conn: Channel,
         manager: LeaseManager,
         outbox: Outbox,
         more_queues: Sequence[Backend] = (),
@@ -592,7 +592,7 @@ class DeathWatch:
 def main(argv: Sequence[str]) -> int:
     for ignored in (signal.SIGINT, signal.SIGTERM):
         signal.signal(ignored, signal.SIG_IGN)
-    conn = Connection(int(argv[1]))
+    conn = Channel(int(argv[1]))
     hello: Hello = recv_frame(conn)
     sys.path[:0] = [entry for entry in hello.path if entry not in sys.path]
     watch = DeathWatch(hello.parent)

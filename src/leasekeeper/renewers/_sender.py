@@ -7,7 +7,7 @@ appended meanwhile, until the buffer is empty. So a frame costs one write when
 frames come one at a time, and the frames of threads that send while a write is
 under way (handlers registering and completing at once) ride together on the next.
 The writes go to the socket's descriptor (``write_all``), not through
-``multiprocessing.connection.Connection``'s checks and copies; the renewer reads
+``Channel.send_bytes``' copy of each frame; the renewer reads
 them as it reads ``send_frame``'s.
 
 Every frame is on the socket when its ``send`` returns: a thread whose frame rides
@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from typing import Any
 
+from leasekeeper.renewers._channel import Channel
 from leasekeeper.renewers._frames import encode_frame, write_all
 
 
@@ -38,7 +38,7 @@ class FrameSender:
     """Whoever finds no write under way writes the buffer (see the module docstring);
     ``lock`` guards its buffer (a lock of its own)."""
 
-    def __init__(self, conn: Connection, lock: threading.Lock) -> None:
+    def __init__(self, conn: Channel, lock: threading.Lock) -> None:
         self._fd = conn.fileno()
         self._lock = lock  # guards everything below
         self._written_cond = threading.Condition(lock)  # a write is done (or failed)
