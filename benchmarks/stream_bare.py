@@ -1,6 +1,7 @@
 """``read_stream`` against a bare boto3 loop on one local Spark session, A/B-ready.
 
-``python -m benchmarks.stream_bare [--rounds N] [--backlog N] [--fill-seconds S] [--json PATH]``
+``python -m benchmarks.stream_bare [--rounds N] [--backlog N] [--fill-seconds S]
+[--variant NAME:key=value,...]... [--json PATH]``
 
 Measure 12's "against the bare loop" row for the stream without the standalone
 cluster (the reader runs in the driver's process either way; executors only
@@ -22,7 +23,10 @@ hidden ones included (it recounts the queue's attributes for each message it
 hands out), so what the reader holds makes each of its receives dearer.
 
 To compare two versions of ``leasekeeper``, run this once per version,
-alternated, with ``PYTHONPATH`` naming the other version's ``src`` first.
+alternated, with ``PYTHONPATH`` naming the other version's ``src`` first. To
+compare ``read_stream`` arguments in one run, name each with ``--variant``
+(e.g. ``--variant p2: --variant p1:partitions=1``): each round runs them in
+turn after its bare loop.
 """
 
 from __future__ import annotations
