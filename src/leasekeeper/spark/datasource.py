@@ -17,9 +17,10 @@ With one partition a micro-batch (``partitions`` 1) the reader is a
 ``SimpleDataSourceStreamReader`` instead (``LeasekeeperRowsReader``): its rows go
 to Spark with the batch's plan, from the reader's process, and Spark keeps them in
 its block manager; no executor starts a Python worker to emit them. Spark then
-does less work per micro-batch (on a 2-core machine its JVM used about half the
-CPU a message; see docs/performance.md, measure 11), at the price of one task a
-batch: a split into several tasks is the executors' Python workers' job.
+does the least work per micro-batch (a third less of its CPU a message than with
+two partitions on a 2-core machine, most of it the single task's doing; see
+docs/performance.md, measure 11), at the price of one task a batch: a split
+into several tasks is the executors' Python workers' job.
 """
 
 from __future__ import annotations
