@@ -1,6 +1,7 @@
 """``read_stream`` against a bare boto3 loop on one local Spark session, A/B-ready.
 
-``python -m benchmarks.stream_bare [--rounds N] [--backlog N] [--fill-seconds S] [--json PATH]``
+``python -m benchmarks.stream_bare [--rounds N] [--backlog N] [--fill-seconds S]
+[--variant NAME:key=value,...]... [--json PATH]``
 
 Measure 12's "against the bare loop" row for the stream without the standalone
 cluster (the reader runs in the driver's process either way; executors only
@@ -22,12 +23,16 @@ hidden ones included (it recounts the queue's attributes for each message it
 hands out), so what the reader holds makes each of its receives dearer.
 
 To compare two versions of ``leasekeeper``, run this once per version,
-alternated, with ``PYTHONPATH`` naming the other version's ``src`` first.
+alternated, with ``PYTHONPATH`` naming the other version's ``src`` first. To
+compare ``read_stream`` arguments in one run, name each with ``--variant``
+(e.g. ``--variant p2: --variant p1:partitions=1``): each round runs them in
+turn after its bare loop.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import tempfile
@@ -57,9 +62,10 @@ def held(requests: list[Request]) -> tuple[float, int]:
 
 def cpu_seconds() -> dict[str, float] | None:
     """CPU seconds used so far, by group: ``moto`` (its server process), ``jvm``
-    (Spark's JVM), ``python`` (Spark's Python processes: workers and the stream's
-    reader) and ``bench`` (this process: the bare loop's client); reaped processes
-    count in their parent's group. None off Linux."""
+    (Spark's JVM, but for its JIT compiler threads: ``jit``), ``python`` (Spark's
+    Python processes: workers and the stream's reader) and ``bench`` (this process:
+    the bare loop's client); reaped processes count in their parent's group. None
+    off Linux."""
     stats: dict[int, list[str]] = {}
     commands: dict[int, bytes] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -88,13 +94,31 @@ def cpu_seconds() -> dict[str, float] | None:
             group = "moto"
         elif command.split(b"\0", 1)[0].endswith(b"java"):
             group = "jvm"
+            jit = _jit_seconds(pid, tick)
+            used["jit"] += jit
+            seconds -= jit
         else:
             group = "python"
         used[group] += seconds
     return used
 
 
-CPU_GROUPS = ("moto", "jvm", "python", "bench")
+def _jit_seconds(pid: int, tick: int) -> float:
+    """CPU seconds of a JVM's JIT compiler threads (named "C1/C2 CompilerThread")."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
+        try:
+            if not (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
+                continue
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+# jvm: Spark's JVM without its JIT compiler threads (jit)
+CPU_GROUPS = ("moto", "jvm", "jit", "python", "bench")
 
 
 def measured(run: Callable[[], dict[str, Any]], count: int) -> dict[str, Any]:
@@ -118,20 +142,20 @@ def stream(
     *,
     count: int,
     fill_seconds: float = 2.0,
+    options: dict[str, Any] | None = None,
 ) -> Any:
     from leasekeeper.spark import read_stream
 
     url = queue(client, f"stream-{time.monotonic_ns()}", count)
     out = where / f"stream-{time.monotonic_ns()}"
-    frame = read_stream(
-        spark,
-        source(url, endpoint),
-        config=CONFIG,
-        partitions=2,
-        receive_concurrency=1,  # moto's ReceiveMessage takes no lock: one at a time
-        max_messages_per_batch=STREAM_BATCH,
-        fill_seconds=fill_seconds,
-    )
+    arguments: dict[str, Any] = {
+        "partitions": 2,
+        "receive_concurrency": 1,  # moto's ReceiveMessage takes no lock: one at a time
+        "max_messages_per_batch": STREAM_BATCH,
+        "fill_seconds": fill_seconds,
+    }
+    arguments.update(options or {})
+    frame = read_stream(spark, source(url, endpoint), config=CONFIG, **arguments)
     begin = mark(journal)
     query = (
         frame.select("id", "received_at")
@@ -145,6 +169,9 @@ def stream(
     figures = work(requests, count)
     ids = {row["id"] for row in spark.read.parquet(str(out / "sink")).select("id").collect()}
     figures.update(
+        short_receives=sum(
+            1 for r in requests if r.action == "ReceiveMessage" and 0 < r.messages < 10
+        ),
         completed=len(ids),
         left=depth(client, url),
         held=held(requests),
@@ -156,6 +183,16 @@ def stream(
     return figures
 
 
+def variant(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME:key=value,key=value`` (values as Python literals) -> (NAME, arguments)."""
+    name, _, pairs = text.partition(":")
+    arguments: dict[str, Any] = {}
+    for pair in filter(None, pairs.split(",")):
+        key, _, value = pair.partition("=")
+        arguments[key.strip()] = ast.literal_eval(value.strip())
+    return name, arguments
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stream_bare", description=__doc__)
     parser.add_argument("--rounds", type=int, default=2)
@@ -163,8 +200,16 @@ def main() -> None:
     parser.add_argument(
         "--fill-seconds", type=float, default=2.0, help="read_stream's fill_seconds (default 2)"
     )
+    parser.add_argument(
+        "--variant",
+        type=variant,
+        action="append",
+        help="NAME:key=value,... read_stream arguments of one stream per round (repeat it "
+        "for several, run in turn after each round's bare loop; default: one, as measured)",
+    )
     parser.add_argument("--json", type=Path, help="write every round's figures there")
     args = parser.parse_args()
+    variants: list[tuple[str, dict[str, Any]]] = args.variant or [("stream", {})]
     import leasekeeper
 
     print(f"leasekeeper from {Path(leasekeeper.__file__).parent}", flush=True)
@@ -174,38 +219,50 @@ def main() -> None:
     rounds = []
     with journaled_moto(journal) as endpoint, spark_session() as spark:
         client = sqs_client(endpoint)
-        stream(spark, client, endpoint, journal, where, count=20)  # warm-up
+        for _, options in variants:  # warm-up, each variant's way through Spark
+            stream(spark, client, endpoint, journal, where, count=20, options=options)
         for n in range(args.rounds):
             bare = measured(lambda: bare_loop(client, args.backlog, journal), args.backlog)
-            streamed = measured(
-                lambda: stream(
-                    spark,
-                    client,
-                    endpoint,
-                    journal,
-                    where,
-                    count=args.backlog,
-                    fill_seconds=args.fill_seconds,
-                ),
-                args.backlog,
-            )
-            share = streamed["steady"] / bare["steady"]
-            rounds.append({"bare": bare, "stream": streamed, "ratio": share})
-            print(
-                f"round {n + 1}: read_stream {streamed['steady']:.1f} msg/s steady "
-                f"({len(streamed['batches'])} batches, held {streamed['held'][0]:.0f} on "
-                f"average, at most {streamed['held'][1]}; "
-                f"{streamed['receive_seconds'] * 1000:.0f} ms a ReceiveMessage; "
-                f"{streamed['completed']}/{args.backlog} in the sink, {streamed['left']} left) "
-                f"/ bare loop {bare['steady']:.1f} msg/s "
-                f"({bare['receive_seconds'] * 1000:.0f} ms a ReceiveMessage) = {share:.2f}x; "
-                f"CPU ms a message: stream {_ms(streamed)}; bare {_ms(bare)}",
-                flush=True,
-            )
-            for rows, durations in streamed["batches"]:
-                print(f"    batch of {rows}: {durations}", flush=True)
+            figures: dict[str, Any] = {"bare": bare}
+            for name, options in variants:
+                streamed = measured(
+                    lambda options=options: stream(  # type: ignore[misc]
+                        spark,
+                        client,
+                        endpoint,
+                        journal,
+                        where,
+                        count=args.backlog,
+                        fill_seconds=args.fill_seconds,
+                        options=options,
+                    ),
+                    args.backlog,
+                )
+                share = streamed["steady"] / bare["steady"]
+                figures[name] = streamed | {"ratio": share}
+                print(
+                    f"round {n + 1}, {name}: read_stream {streamed['steady']:.1f} msg/s steady "
+                    f"({len(streamed['batches'])} batches, held {streamed['held'][0]:.0f} on "
+                    f"average, at most {streamed['held'][1]}; "
+                    f"{streamed['receive_seconds'] * 1000:.0f} ms a ReceiveMessage; "
+                    f"{streamed['completed']}/{args.backlog} in the sink, "
+                    f"{streamed['left']} left) / bare loop {bare['steady']:.1f} msg/s "
+                    f"({bare['receive_seconds'] * 1000:.0f} ms a ReceiveMessage) = {share:.2f}x; "
+                    f"calls {_actions(streamed)}; "
+                    f"CPU ms a message: stream {_ms(streamed)}; bare {_ms(bare)}",
+                    flush=True,
+                )
+                for rows, durations in streamed["batches"]:
+                    print(f"    batch of {rows}: {durations}", flush=True)
+            rounds.append(figures)
     if args.json is not None:
         args.json.write_text(json.dumps(rounds, default=str, indent=1))
+
+
+def _actions(figures: dict[str, Any]) -> str:
+    """Calls by action, and the receives that returned fewer than ten."""
+    actions = ", ".join(f"{n} {action}" for action, n in sorted(figures["actions"].items()))
+    return f"{actions} ({figures['short_receives']} receives of fewer than 10)"
 
 
 def _ms(figures: dict[str, Any]) -> str:

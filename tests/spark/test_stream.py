@@ -93,16 +93,21 @@ def not_visible(client: Any, url: str) -> int:
     return int(attributes["ApproximateNumberOfMessagesNotVisible"])
 
 
-def test_checked_by_scenario(spark: Any, sqs: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "partitions", [2, 1], ids=["rows-emitted-by-executors", "rows-sent-with-the-plan"]
+)
+def test_checked_by_scenario(spark: Any, sqs: Any, tmp_path: Path, partitions: int) -> None:
     """120 messages at a 2 s visibility through batches longer than that into a Parquet
     sink: each once, none received twice, queue empty. 80 more, the query stopped
     mid-run: nothing left invisible; restarted from the checkpoint: all 200 in the
-    sink, duplicates only from the batch running at the stop."""
+    sink, duplicates only from the batch running at the stop. Both readers: with one
+    partition a batch, its rows go to Spark with the batch's plan."""
     from pyspark.sql import functions as F
 
     client, url, source = sqs
     out, checkpoint, marks = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "marks"
-    udf = F.udf(slow_marker(marks, 0.15))  # 20 rows a task: ~3 s a batch
+    # 40 rows a batch in `partitions` tasks: 3 s a batch (6 s with one partition)
+    udf = F.udf(slow_marker(marks, 0.15))
 
     def frame(config: LeaseConfig) -> Any:
         raw = read_stream(
@@ -110,7 +115,7 @@ def test_checked_by_scenario(spark: Any, sqs: Any, tmp_path: Path) -> None:
             source,
             config=config,
             max_messages_per_batch=40,
-            partitions=2,
+            partitions=partitions,
             receive_concurrency=ONE_AT_A_TIME,
         )
         return raw.withColumn("seen", udf("body"))
@@ -205,10 +210,16 @@ def runner_pids() -> set[int]:
     return found
 
 
-def test_driver_loss_costs_one_visibility_timeout(spark: Any, sqs: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "partitions", [2, 1], ids=["rows-emitted-by-executors", "rows-sent-with-the-plan"]
+)
+def test_driver_loss_costs_one_visibility_timeout(
+    spark: Any, sqs: Any, tmp_path: Path, partitions: int
+) -> None:
     """The reader's process is killed (SIGKILL: nothing released) while a batch runs:
     its leases lapse, the messages come back after one visibility timeout, and a
-    restart from the checkpoint reads them again. At least once: duplicates only
+    restart from the checkpoint reads them again (the batch the offset log names
+    but the commit log does not is replayed empty). At least once: duplicates only
     from the batch running at the kill."""
     from pyspark.sql import functions as F
 
@@ -222,7 +233,7 @@ def test_driver_loss_costs_one_visibility_timeout(spark: Any, sqs: Any, tmp_path
         source,
         config=CONFIG,
         max_messages_per_batch=20,
-        partitions=2,
+        partitions=partitions,
         receive_concurrency=ONE_AT_A_TIME,
     )
     query = (
@@ -252,7 +263,7 @@ def test_driver_loss_costs_one_visibility_timeout(spark: Any, sqs: Any, tmp_path
             source,
             config=CONFIG,
             max_messages_per_batch=20,
-            partitions=2,
+            partitions=partitions,
             receive_concurrency=ONE_AT_A_TIME,
         ),
         out,

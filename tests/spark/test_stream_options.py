@@ -124,3 +124,29 @@ def test_leasekeeper_and_its_spark_package_import_without_pyspark() -> None:
         cwd=REPO,
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_one_partition_a_batch_is_read_by_a_simple_reader(partitions: int) -> None:
+    """With one partition a micro-batch PySpark gets no partitioned reader and falls back
+    to the simple one, whose rows travel with the batch's plan; with more it gets the
+    partitioned reader, whose rows executors emit. Both pickle without a driver."""
+    from pyspark.errors import PySparkNotImplementedError
+    from pyspark.sql.datasource import DataSourceStreamReader, SimpleDataSourceStreamReader
+    from pyspark.sql.types import StructType
+
+    from leasekeeper.spark.datasource import LeasekeeperDataSource
+
+    options = stream_options(SQSSource("http://127.0.0.1:5000/1/jobs"), partitions=partitions)
+    source = LeasekeeperDataSource(options.to_options())
+    schema = StructType([])
+    if partitions == 1:
+        with pytest.raises(PySparkNotImplementedError):
+            source.streamReader(schema)
+        reader: object = source.simpleStreamReader(schema)
+        assert isinstance(reader, SimpleDataSourceStreamReader)
+    else:
+        reader = source.streamReader(schema)
+        assert isinstance(reader, DataSourceStreamReader)
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy.options == options and copy._driver is None

@@ -12,14 +12,30 @@ planner process that pickles it for executors, and, unpickled, on executors
 driver-side call, and is never pickled. Executors emit the rows the driver put
 into each ``QueueRows`` partition: they need no credentials and make no call to
 the queue service.
+
+With one partition a micro-batch (``partitions`` 1) the reader is a
+``SimpleDataSourceStreamReader`` instead (``LeasekeeperRowsReader``): its rows go
+to Spark with the batch's plan, from the reader's process, and Spark keeps them in
+its block manager; no executor starts a Python worker to emit them. Spark then
+does the least work per micro-batch (a third less of its CPU a message than with
+two partitions on a 2-core machine, most of it the single task's doing; see
+docs/performance.md, measure 11), at the price of one task a batch: a split
+into several tasks is the executors' Python workers' job.
 """
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.errors import PySparkNotImplementedError
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    InputPartition,
+    SimpleDataSourceStreamReader,
+)
 from pyspark.sql.streaming.datasource import (
     ReadLimit,
     ReadMaxRows,
@@ -45,8 +61,9 @@ class QueueRows(InputPartition):
         return f"QueueRows(<{len(self.rows)} rows>)"
 
 
-class LeasekeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The streaming reader; its driver-side work is ``StreamDriver``'s."""
+class DriverHolder:
+    """What both readers share: the options, and the ``StreamDriver`` built on first
+    use in the reader's process (never pickled)."""
 
     def __init__(self, options: StreamOptions) -> None:
         self.options = options
@@ -61,7 +78,19 @@ class LeasekeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             self.options.apply_log_level()
             driver = self._driver = StreamDriver(self.options)
             install_sigterm_handler(lambda: self._driver)
+            # PySpark's wrapper of a simple reader has no stop() to pass on: a reader
+            # process that ends without SIGTERM releases what it holds at its exit.
+            atexit.register(self._stop)
         return driver
+
+    def _stop(self) -> None:
+        driver = self._driver
+        if driver is not None and driver.stop():
+            driver.shutdown_threads()
+
+
+class LeasekeeperStreamReader(DriverHolder, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The streaming reader; its driver-side work is ``StreamDriver``'s."""
 
     def initialOffset(self) -> dict[str, int]:
         return self._started().initial_offset()
@@ -91,9 +120,38 @@ class LeasekeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._started().commit(end)
 
     def stop(self) -> None:
-        driver = self._driver
-        if driver is not None and driver.stop():
-            driver.shutdown_threads()
+        self._stop()
+
+
+class LeasekeeperRowsReader(
+    DriverHolder, SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
+):
+    """The reader of one partition a micro-batch: each batch's rows are made when Spark
+    asks for its end offset and go to Spark with its plan (PySpark's wrapper keeps
+    them until the batch is committed)."""
+
+    def initialOffset(self) -> dict[str, int]:
+        return self._started().initial_offset()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._started().prepare_available_now()
+
+    def read(self, start: dict[str, Any]) -> tuple[Iterator[tuple[Any, ...]], dict[str, Any]]:
+        driver = self._started()
+        end: dict[str, Any] = driver.latest_offset(start)
+        if end == start:
+            return iter(()), start
+        return iter([row for part in driver.plan(start, end) for row in part]), end
+
+    def readBetweenOffsets(
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> Iterator[tuple[Any, ...]]:
+        # Only a batch not held here is read this way (a replay after a restart, on an
+        # executor): as in the other reader, it has no rows; its messages come back.
+        return iter(())
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._started().commit(end)
 
 
 class LeasekeeperDataSource(DataSource):
@@ -109,4 +167,12 @@ class LeasekeeperDataSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: StructType) -> LeasekeeperStreamReader:
-        return LeasekeeperStreamReader(StreamOptions.parse(self.options))
+        options = StreamOptions.parse(self.options)
+        if options.partitions == 1:  # PySpark asks simpleStreamReader instead
+            raise PySparkNotImplementedError(
+                errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
+            )
+        return LeasekeeperStreamReader(options)
+
+    def simpleStreamReader(self, schema: StructType) -> LeasekeeperRowsReader:
+        return LeasekeeperRowsReader(StreamOptions.parse(self.options))

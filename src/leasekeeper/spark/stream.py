@@ -80,7 +80,10 @@ def read_stream(
     while the queue is empty. Each micro-batch takes at most
     ``max_messages_per_batch`` of them, waiting at most ``fill_seconds`` for more
     when fewer are there; it is split into ``partitions`` Spark partitions
-    (default: the session's default parallelism).
+    (default: the session's default parallelism). With ``partitions=1`` the rows go
+    to Spark with the batch's plan and no executor starts a Python worker for
+    them: the least work for Spark a micro-batch, where the work per row is light
+    (more partitions spread a heavy UDF's rows over several cores).
     ``log_level`` (e.g. "INFO") makes the reader's process log to stderr.
     Credentials come from the *driver's* environment: the reader's process runs
     there; executors never call the queue service.

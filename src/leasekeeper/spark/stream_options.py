@@ -16,6 +16,7 @@ queue_name, account_url,               Azure: ``AzureQueueSource``'s fields
 connection_string
 max_messages_per_batch      1000       most messages one micro-batch takes
 partitions                  1          Spark partitions a micro-batch is split into
+                                       (1: its rows go to Spark with its plan)
 receive_concurrency         8          receive calls in flight while filling a batch
 poll_seconds                1          long poll of an empty queue, per latestOffset
 fill_seconds                2          most time a micro-batch waits to fill up
