@@ -79,6 +79,8 @@ from leasekeeper.renewers._frames import (
     recv_frame,
     send_frame,
 )
+from leasekeeper.renewers._held import HeldLeases
+from leasekeeper.renewers.thread import ThreadRenewer
 
 log = logging.getLogger("leasekeeper.renewer")
 
@@ -247,6 +249,13 @@ class ChildRenewer:
         self._keys: dict[int, int] = {}  # id(lease) -> key (the forwarder forgets ended ones)
         self._forwarder = Forwarder(outbox, self._leases, self._keys, self._queues)
         manager.add_observer(self._forwarder)
+        renewer = manager.renewer
+        if not isinstance(renewer, ThreadRenewer):
+            raise TypeError("the renewer process runs a thread-mode manager")
+        # Leases held back until their first renewal nears: most jobs end before,
+        # and then their lease costs only its share of a batch delete.
+        self._held = HeldLeases(renewer, self._refused)
+        self._renewer = renewer
         # Leader/follower: whichever serving thread holds this lock reads the next
         # frame, lets go, and does the request itself - no handoff to another thread
         # on the worker's round trip. Cheap frames (add, abandon, ...) are done before
@@ -303,6 +312,7 @@ class ChildRenewer:
             self._drain()  # what the worker sent before it died, still unread
             self._wait_idle(EXIT_RELEASE_TIMEOUT)  # what the worker asked before it died
             log.info("the worker is gone: releasing %d lease(s)", len(self._leases))
+            self._held.adopt_all()  # released with the others, in the same batches
             self._manager.close(release=True, timeout=EXIT_RELEASE_TIMEOUT)
 
     def _start_threads(self) -> None:
@@ -411,6 +421,7 @@ class ChildRenewer:
                 lease.progressed_at = at  # the worker's monotonic clock is ours
 
     def _abandon(self, frame: Abandon) -> None:
+        self._held.adopt((frame.key,))
         lease = self._leases.get(frame.key)
         if lease is not None:
             lease.owner.abandon(lease, frame.reason)
@@ -426,6 +437,7 @@ class ChildRenewer:
         # manager closes (its releases told to the worker), and only then the
         # reply: the worker's close() returns with every lease's end applied.
         self._wait_idle(EXIT_RELEASE_TIMEOUT)
+        self._held.adopt_all()
         self._manager.close(release=frame.release, timeout=frame.timeout)
         self._outbox.flush()
         # The final counts ride on the reply: stats() after close() is asked here.
@@ -444,6 +456,12 @@ class ChildRenewer:
             deadline_hint=frame.deadline_hint,
             hard_deadline=frame.hard_deadline,
         )
+        if not frame.watch:
+            held = self._held.hold(frame.key, frame.queue, message)
+            if held is not None:
+                self._leases[frame.key] = held
+                self._keys[id(held)] = frame.key
+                return
         try:
             lease = (self._manager.watch if frame.watch else self._manager.register)(message)
         except LeaseError as exc:
@@ -456,6 +474,7 @@ class ChildRenewer:
     def _forget(self, frame: Forget) -> None:
         """Stop renewing one lease; answered once no extend of it is in flight (it
         waits until the lease is free), off the reading thread so others go on."""
+        self._held.adopt((frame.key,))
         lease = self._leases.get(frame.key)
         if lease is not None:
             lease.forget()
@@ -467,18 +486,24 @@ class ChildRenewer:
     def _complete(self, frames: list[Complete]) -> None:
         """The completes read together (several handlers'), done in one call and
         answered in one write (a ``Batch`` of their replies)."""
-        leases = self._find([key for frame in frames for key in frame.keys])
-        results: list[BaseException | None] = []
-        known = [lease for lease in leases if lease is not None]
+        keys = [key for frame in frames for key in frame.keys]
+        leases = self._find(keys)
+        # The leases still held (never renewed: each has the receipt it came with)
+        # are deleted as they are; the others the way complete_many goes.
+        held = self._held.take(keys)
+        outcome: dict[int, BaseException | None] = {}
+        if held:
+            outcome.update(zip(map(id, held), self._renewer.complete_held(held), strict=True))
+        known = [lease for lease in leases if lease is not None and id(lease) not in outcome]
         if len(known) == 1 == len(leases):
             try:
                 known[0].complete()
-                results = [None]
+                outcome[id(known[0])] = None
             except (LeaseError, ValueError) as exc:
-                results = [exc]
-        else:
-            done = iter(self._manager.complete_many(known))
-            results = [next(done) if lease is not None else _unknown() for lease in leases]
+                outcome[id(known[0])] = exc
+        elif known:
+            outcome.update(zip(map(id, known), self._manager.complete_many(known), strict=True))
+        results = [_unknown() if lease is None else outcome[id(lease)] for lease in leases]
         # Each lease's final extension count rides on the reply: the notices of its
         # last extends may still be queued behind it (or unread by a worker that was
         # holding its GIL), and a completed lease's count should be right at once.
@@ -494,6 +519,7 @@ class ChildRenewer:
 
     def _release(self, frame: Release) -> None:
         delay, stop = frame.delay, frame.stop_handler
+        self._held.adopt(frame.keys)
         results: list[BaseException | None] = []
         for lease in self._find(frame.keys):
             if lease is None:
@@ -508,6 +534,13 @@ class ChildRenewer:
             except (LeaseError, ValueError) as exc:
                 results.append(exc)
         self._outbox.reply(Done(frame.request, [encode_error(r) for r in results]))
+
+    def _refused(self, key: int, lease: Lease, error: LeaseError) -> None:
+        """A held lease the engine would not adopt (closed meanwhile): it is lost."""
+        self._keys.pop(id(lease), None)
+        self._leases.pop(key, None)
+        lost = LostReason.LAPSED.value
+        self._outbox.put(Ended(key, LeaseState.LOST.value, lost, str(error), True))
 
 
 def _opened(frames: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
