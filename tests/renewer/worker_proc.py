@@ -4,8 +4,8 @@ say so, then hold them until killed.
 ``python -m tests.renewer.worker_proc ENDPOINT QUEUE_URL N [mixed]`` prints one line,
 ``ready <renewer pid> <message id> ...``, once every lease is registered. With
 ``mixed``, half of them are received with a 12 s timeout, so the renewer process
-hands them to its engine at once and renews them (the others it holds back until
-their first renewal nears); ready once each of those was renewed.
+hands them to its engine within a second and renews them (the others it holds
+back until their first renewal nears, 19 s on); ready once each of those was renewed.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from typing import Any
 
 from leasekeeper import LeaseManager
 from leasekeeper.backends.sqs import SQSBackend
@@ -24,15 +25,20 @@ def main(argv: list[str]) -> int:
     mixed = argv[4:] == ["mixed"]
     backend = SQSBackend(make_client(endpoint), url)
     manager = LeaseManager(backend, renewer="process", visibility_timeout=30)
-    held = []
-    while len(held) < count:
-        short = mixed and len(held) >= count // 2
-        wanted = min(10, (count // 2 if short or mixed else count) - len(held) % (count // 2 or 1))
-        for message in backend.receive(
-            max_messages=max(1, wanted), wait_seconds=1, visibility_timeout=12 if short else 30
-        ):
-            held.append(manager.register(message))
-    renewed = held[count // 2 :] if mixed else []
+
+    def leased(n: int, visibility: int) -> list[Any]:
+        got: list[Any] = []
+        while len(got) < n:
+            wanted = min(10, n - len(got))
+            for message in backend.receive(
+                max_messages=wanted, wait_seconds=1, visibility_timeout=visibility
+            ):
+                got.append(manager.register(message))
+        return got
+
+    half = count // 2 if mixed else count
+    held = leased(half, 30) + leased(count - half, 12)
+    renewed = held[half:]
     deadline = time.monotonic() + 20
     while any(lease.extensions < 1 for lease in renewed) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -10,17 +10,18 @@ complete, release, report. Because it is a
 process of its own, a worker holding the GIL in a C call does not stop its
 renewals, and a worker that dies is noticed at once.
 
-The worker's death is noticed three ways, whichever comes first: end of file on
-the socket (the kernel closes a dead process's sockets); the parent-death signal
-(Linux ``PR_SET_PDEATHSIG``, which fires when the *thread* that started us exits,
-so it is only believed once ``getppid()`` changed too); and ``getppid()`` itself,
-checked by a watchdog thread, for a socket kept open by a forked copy of the
-worker. Then every lease still held is released (visibility 0), so another worker
-gets its message at once, and the process exits: no renewer outlives its worker.
-It never infers death from silence: a worker stuck in C code says nothing and is
-alive. SIGINT and SIGTERM are ignored: the renewer shares its worker's fate, not
-its terminal's or its service manager's, and it must keep renewing while a
-worker's graceful shutdown lets its handlers finish.
+The worker's death is noticed three ways, whichever comes first: end of file on the
+socket (the kernel closes a dead process's sockets); the parent-death signal (Linux
+``PR_SET_PDEATHSIG``, which fires when the *thread* that started us exits, so it is
+only believed once ``getppid()`` changed too); and the worker's exit itself, seen by
+a watchdog thread, for a socket kept open by a forked copy of the worker (it waits
+on a pidfd where Linux has them: an idle renewer never wakes; else it checks
+``getppid()`` every ``WATCH_INTERVAL``). Then every lease still held is released
+(visibility 0), so another worker gets its message at once, and the process exits:
+no renewer outlives its worker. It never infers death from silence: a worker stuck
+in C code says nothing and is alive. SIGINT and SIGTERM are ignored: the renewer
+shares its worker's fate, not its terminal's or its service manager's, and it must
+keep renewing while a worker's graceful shutdown lets its handlers finish.
 
 Requests are read and done by a pool of serving threads, leader/follower: the
 thread that reads a request does it, so the worker's round trip crosses no extra
@@ -38,6 +39,7 @@ import logging
 import os
 import pickle
 import queue
+import select
 import signal
 import sys
 import threading
@@ -617,8 +619,20 @@ class DeathWatch:
             raise WorkerGone
 
     def _watchdog(self) -> None:
+        # Where the kernel can tell (a pidfd turns readable when its process exits),
+        # wait for that, without waking 1/WATCH_INTERVAL times a second for nothing.
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            pidfd = os.pidfd_open(self.parent)
+            try:
+                if os.getppid() == self.parent:  # the pidfd is our parent's
+                    exited = select.poll()
+                    exited.register(pidfd, select.POLLIN)
+                    exited.poll()
+            finally:
+                os.close(pidfd)
+        pause = threading.Event()
         while os.getppid() == self.parent:
-            threading.Event().wait(WATCH_INTERVAL)
+            pause.wait(WATCH_INTERVAL)
         os.kill(os.getpid(), PARENT_DEATH_SIGNAL)
 
 
