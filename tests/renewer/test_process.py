@@ -503,7 +503,8 @@ def test_a_lease_that_outlives_its_hold_is_renewed_and_counted_once(
     try:
         leases: list[Any] = []
         while len(leases) < 2:
-            leases += manager.register_many(backend.receive(max_messages=2, wait_seconds=1))
+            got = backend.receive(max_messages=2, wait_seconds=1, visibility_timeout=4)
+            leases += manager.register_many(got)
         quick, slow = leases
         quick.complete()  # before its first renewal
         deadline = time.monotonic() + 15
