@@ -4,9 +4,13 @@ renewer process does with each lease: ``ThreadRenewer.hold``, ``adopt``,
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from typing import Any
 
-from leasekeeper import BackendError, LeaseLost, LeaseState, Outcome
+from leasekeeper import BackendError, LeaseError, LeaseLost, LeaseState, Outcome
+from leasekeeper.backends.contract import Handle
+from leasekeeper.backends.forwarding import ForwardingBackend
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.renewers.thread import ThreadRenewer
 from leasekeeper.testing import ManualClock
@@ -149,3 +153,52 @@ def test_close_releases_adopted_held_leases(clock: ManualClock, make_manager: An
     manager.close()
     assert all(lease.state is LeaseState.RELEASED for lease in leases)
     assert queue.visible_count() == 3
+
+
+class SlowDeletes(ForwardingBackend):
+    """Deletes that wait until the test lets them through."""
+
+    def __init__(self, inner: MemoryQueue) -> None:
+        super().__init__(inner)
+        self.entered = threading.Event()
+        self.go_on = threading.Event()
+
+    def delete(self, handles: Sequence[Handle]) -> list[Outcome]:
+        self.entered.set()
+        self.go_on.wait(10)
+        return super().delete(handles)
+
+
+def test_a_release_during_a_held_lease_s_delete_waits_for_it_rule_4(
+    clock: ManualClock, make_manager: Any
+) -> None:
+    queue = MemoryQueue(30, clock=clock)
+    slow = SlowDeletes(queue)
+    manager = make_manager(slow)
+    renewer = renewer_of(manager)
+    (lease,) = held(renewer, receive(slow, queue, 1))
+    completing = threading.Thread(target=renewer.complete_held, args=([lease],))
+    completing.start()
+    assert slow.entered.wait(10)
+    refused: list[Exception] = []
+
+    def release() -> None:  # the worker's shutdown, say
+        try:
+            lease.release()
+        except LeaseError as exc:
+            refused.append(exc)
+
+    releasing = threading.Thread(target=release)
+    releasing.start()
+    releasing.join(0.2)
+    assert releasing.is_alive()  # it waits for the delete's answer
+    slow.go_on.set()
+    completing.join(10)
+    releasing.join(10)
+    assert lease.state is LeaseState.COMPLETED
+    assert [str(exc) for exc in refused] == [
+        f"lease on message {lease.id!r} was completed; cannot release"  # as any lease's
+    ]
+    assert queue.calls["release"] == 0
+    stats = manager.stats()
+    assert (stats.completed, stats.released) == (1, 0)

@@ -130,38 +130,46 @@ class BatchOps:
         arrived) and goes the way ``complete()`` goes: retries, rule 5, lost."""
         now = self._now
         results: dict[int, Result] = {}  # the leases that did not simply complete
-        groups: dict[int, tuple[Backend, list[LeaseRecord]]] = {}
-        late: list[LeaseRecord] = []
         start = now()
-        for record in records:
-            if start < record.visible_until:
-                backend = record.message.backend
-                bucket = groups.get(id(backend))
-                if bucket is None:
-                    bucket = groups[id(backend)] = (backend, [])
-                bucket[1].append(record)
-            else:
-                late.append(record)  # rule 5 decides: the way complete() goes
-        deleted: list[LeaseRecord] = []
-        answered: list[tuple[LeaseRecord, Outcome]] = []
-        for backend, group in groups.values():
-            for chunk in chunked(group, backend.max_batch):
-                outcomes = self._calls.call(
-                    backend, "delete", [record.handle() for record in chunk], 0.0
-                )
-                at = now()
-                for record, outcome in zip(chunk, outcomes, strict=True):
-                    if outcome.kind == "ok" and at < record.visible_until:
-                        deleted.append(record)
-                    else:
-                        answered.append((record, outcome))
-        if deleted:
-            self._ledger.end_held(deleted)
-        for record, outcome in answered:
-            results[id(record)] = self._finish_adopted(record, outcome)
-        if late:
+        late = [record for record in records if not start < record.visible_until]
+        if late:  # rule 5 decides: the way complete() goes
             kept = [record for record in late if self._adopted(record, results)]
             results.update(zip(map(id, kept), self.complete_many(kept), strict=True))
+        timely = [record for record in records if start < record.visible_until]
+        groups: dict[int, tuple[Backend, list[LeaseRecord]]] = {}
+        for record in timely:
+            backend = record.message.backend
+            bucket = groups.get(id(backend))
+            if bucket is None:
+                bucket = groups[id(backend)] = (backend, [])
+            bucket[1].append(record)
+        # Rule 4 as for any lease: a release or forget of one of them (the worker's
+        # shutdown) waits until its delete is answered.
+        self._gate.take_all(timely)
+        try:
+            deleted: list[LeaseRecord] = []
+            answered: list[tuple[LeaseRecord, Outcome]] = []
+            for backend, group in groups.values():
+                for chunk in chunked(group, backend.max_batch):
+                    outcomes = self._calls.call(
+                        backend, "delete", [record.handle() for record in chunk], 0.0
+                    )
+                    at = now()
+                    for record, outcome in zip(chunk, outcomes, strict=True):
+                        if outcome.kind == "ok" and at < record.visible_until:
+                            deleted.append(record)
+                        else:
+                            answered.append((record, outcome))
+            if deleted:
+                self._ledger.end_held(deleted)
+            for record, outcome in answered:
+                results[id(record)] = self._finish_adopted(record, outcome)
+        finally:
+            self._gate.give_all(timely)
+            for record in timely:
+                if record.state is _ACTIVE and record.gen == 0:
+                    self._ledger.reschedule(record)
+            self._ledger.drain()
         return [results.get(id(record)) for record in records]
 
     def _adopted(self, record: LeaseRecord, results: dict[int, Result]) -> bool:
@@ -175,19 +183,16 @@ class BatchOps:
         return True
 
     def _finish_adopted(self, record: LeaseRecord, first: Outcome) -> Result:
-        """A held lease whose delete was not simply done in time: scheduled, then the
-        outcome applied as ``complete()`` applies it (retried while transient)."""
+        """A held lease (taken) whose delete was not simply done in time: scheduled,
+        then the outcome applied as ``complete()`` applies it (retried while
+        transient)."""
         results: dict[int, Result] = {}
         if not self._adopted(record, results):
             return results[id(record)]
-        ops = self._ops
-        self._gate.take(record)
         try:
-            ops.finish_delete(record, ops.retry(record, "delete", 0.0, first))
+            self._ops.finish_delete(record, self._ops.retry(record, "delete", 0.0, first))
         except LeaseError as exc:
             return exc
-        finally:
-            ops.after_op(record)
         return None
 
     def release_many(self, records: Sequence[LeaseRecord], delay: float | None) -> list[Result]:
