@@ -14,6 +14,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
+from typing import Any
 
 SCRIPT = textwrap.dedent(
     """
@@ -63,3 +65,55 @@ def test_the_watch_raises_once_and_never_after_it_is_settled() -> None:
         # kept, not raised, while deferred; told by resume(), which settles the watch
         "deferred: quiet resumed: True quiet",
     ]
+
+
+WATCHED = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+    from leasekeeper.renewers._main import PARENT_DEATH_SIGNAL, DeathWatch, WorkerGone
+
+    # Only the watchdog: no PR_SET_PDEATHSIG, no socket (as when a forked copy of the
+    # worker keeps the socket open).
+    watch = DeathWatch(os.getppid())
+    signal.signal(PARENT_DEATH_SIGNAL, watch.on_notice)
+    threading.Thread(target=watch._watchdog, daemon=True).start()
+    out = open(sys.argv[1], "a")
+    out.write("watching\\n"); out.flush()
+    try:
+        time.sleep(30)
+        out.write("never told\\n")
+    except WorkerGone:
+        out.write(f"gone {time.monotonic():.3f}\\n")
+    """
+)
+
+WORKER = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    log = sys.argv[1]
+    subprocess.Popen([sys.executable, "-c", sys.argv[2], log])
+    while "watching" not in open(log).read():
+        time.sleep(0.01)
+    print(f"{time.monotonic():.3f}")  # and exits
+    """
+)
+
+
+def test_the_watchdog_tells_the_worker_s_exit_at_once(tmp_path: Any) -> None:
+    log = tmp_path / "watch.log"
+    log.write_text("")
+    worker = subprocess.run(
+        [sys.executable, "-c", WORKER, str(log), WATCHED],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    exited = float(worker.stdout.strip())
+    deadline = time.monotonic() + 10
+    while "gone" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    lines = log.read_text().splitlines()
+    assert lines[0] == "watching"
+    assert lines[1].startswith("gone"), lines
+    assert float(lines[1].split()[1]) - exited < 2.0

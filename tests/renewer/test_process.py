@@ -21,6 +21,7 @@ import pytest
 from leasekeeper import ConfigError, LeaseLost, LeaseManager, LeaseState, Worker
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.backends.sqs import SQSBackend
+from leasekeeper.observers import CallEvent, Observer
 from leasekeeper.testing import FaultyBackend, ManualClock
 from tests.core.test_lapses import hold_the_gil
 from tests.services import CHILD_ENV, make_client
@@ -433,3 +434,126 @@ def test_a_queue_opened_with_keys_in_code_only_renews_in_the_renewer_process(
         stats = worker.run(until_idle=1.0)
     assert (stats.completed, stats.lost, stats.failed) == (1, 0, 0)
     assert [r.getMessage() for r in caplog.records if "renewer" in r.getMessage()] == []
+
+
+class CallLog(Observer):
+    """The delete calls' entries the renewer process made (forwarded to the worker)."""
+
+    def __init__(self) -> None:
+        self.deleted = 0
+
+    def on_call(self, event: CallEvent) -> None:
+        if event.operation == "delete":
+            self.deleted += event.entries
+
+
+def queue_depth(endpoint: str, url: str) -> int:
+    """Messages still in the queue, visible or not."""
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    found = make_client(endpoint).get_queue_attributes(QueueUrl=url, AttributeNames=names)
+    return sum(int(found["Attributes"][name]) for name in names)
+
+
+def test_jobs_done_before_their_first_renewal_cost_one_delete_each(
+    moto_endpoint: str, queue_url: str
+) -> None:
+    """The renewer process holds a lease back until its first renewal nears; a job
+    done before then is deleted once, counted registered and completed."""
+    fill(moto_endpoint, queue_url, 12)
+    backend = SQSBackend(make_client(moto_endpoint), queue_url)
+    manager = LeaseManager(backend, renewer="process", visibility_timeout=30)
+    calls = CallLog()
+    manager.add_observer(calls)
+    try:
+        leases: list[Any] = []
+        while len(leases) < 12:
+            leases += manager.register_many(backend.receive(max_messages=10, wait_seconds=1))
+        assert manager.stats().registered == 12
+        assert manager.complete_many(leases[:10]) == [None] * 10
+        for lease in leases[10:]:
+            lease.complete()
+        assert all(lease.state is LeaseState.COMPLETED for lease in leases)
+        assert all(lease.extensions == 0 for lease in leases)
+        stats = manager.stats()
+        assert (stats.registered, stats.completed, stats.lost, stats.in_flight) == (12, 12, 0, 0)
+        assert queue_depth(moto_endpoint, queue_url) == 0
+        deadline = time.monotonic() + 10
+        while calls.deleted < 12 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # any second delete would have been told by now
+        assert calls.deleted == 12
+    finally:
+        manager.close()
+
+
+def test_a_lease_that_outlives_its_hold_is_renewed_and_counted_once(
+    moto_endpoint: str, queue_url: str
+) -> None:
+    fill(moto_endpoint, queue_url, 2)
+    backend = SQSBackend(make_client(moto_endpoint), queue_url)
+    # Held until 1.5 s before its deadline (threshold 1 s, tick 0.5 s) of 4 s.
+    manager = LeaseManager(
+        backend,
+        renewer="process",
+        visibility_timeout=4,
+        extend_threshold=1.0,
+        timer_interval=0.5,
+        minimal_life=0.5,
+    )
+    try:
+        leases: list[Any] = []
+        while len(leases) < 2:
+            got = backend.receive(max_messages=2, wait_seconds=1, visibility_timeout=4)
+            leases += manager.register_many(got)
+        quick, slow = leases
+        quick.complete()  # before its first renewal
+        deadline = time.monotonic() + 15
+        while slow.extensions < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert slow.extensions >= 2  # handed to the engine in time, renewed since
+        assert drain_ids(moto_endpoint, queue_url, 1, timeout=1.5) == set()
+        slow.complete()
+        stats = manager.stats()
+        assert (stats.registered, stats.completed, stats.lost, stats.lapses) == (2, 2, 0, 0)
+        assert queue_depth(moto_endpoint, queue_url) == 0
+    finally:
+        manager.close()
+
+
+def test_a_killed_worker_s_held_and_renewed_leases_all_come_back_at_once(
+    moto_endpoint: str, queue_url: str
+) -> None:
+    """Half the leases held back by the renewer process, half renewed by its engine
+    (received with a short timeout): the worker's death releases both at once."""
+    fill(moto_endpoint, queue_url, 20)
+    env = {**os.environ, **CHILD_ENV}
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.renewer.worker_proc",
+            moto_endpoint,
+            queue_url,
+            "20",
+            "mixed",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        line = worker.stdout.readline() if worker.stdout else ""
+        assert line.startswith("ready"), line
+        _, _, *held = line.split()
+        assert len(held) == 20
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        killed = time.monotonic()
+        # Renewed ones are hidden 30 s past their last extend, held ones 30 s past
+        # their receive: only the renewer's release brings them back sooner.
+        got = drain_ids(moto_endpoint, queue_url, 20, timeout=12)
+        took = time.monotonic() - killed
+        assert got == set(held), f"{len(got)} of 20 back after {took:.1f}s"
+    finally:
+        if worker.poll() is None:
+            worker.kill()

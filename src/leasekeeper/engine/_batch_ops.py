@@ -23,6 +23,7 @@ from typing import Any
 
 from leasekeeper.backends.contract import Backend, Outcome
 from leasekeeper.backends.shared import chunked
+from leasekeeper.clock import now_function
 from leasekeeper.engine._calls import Calls
 from leasekeeper.engine._handler_ops import HandlerOps
 from leasekeeper.engine._lapse import lapsed
@@ -103,6 +104,7 @@ class BatchOps:
         self._ops = ops
         self._gate = ops.gate
         self._clock = ops.clock
+        self._now = now_function(ops.clock)
         self._ledger = ledger
         self._calls = calls
         self._records = records  # the active leases, a snapshot
@@ -118,6 +120,80 @@ class BatchOps:
             ops.prepare_delete,
             lambda record, outcome, arg: ops.finish_delete(record, outcome),
         )
+
+    def complete_held(self, records: Sequence[LeaseRecord]) -> list[Result]:
+        """``complete_many`` of leases never scheduled: held back by their owner
+        (``RenewalEngine.hold``) and completed before their first extend, so
+        each still has the receipt it came with, and nothing else can be using it.
+        The plain case - in time, deleted - costs one batch call and one count for
+        them all; any other lease is adopted (scheduled as if registered when it
+        arrived) and goes the way ``complete()`` goes: retries, rule 5, lost."""
+        now = self._now
+        results: dict[int, Result] = {}  # the leases that did not simply complete
+        start = now()
+        late = [record for record in records if not start < record.visible_until]
+        if late:  # rule 5 decides: the way complete() goes
+            kept = [record for record in late if self._adopted(record, results)]
+            results.update(zip(map(id, kept), self.complete_many(kept), strict=True))
+        timely = [record for record in records if start < record.visible_until]
+        groups: dict[int, tuple[Backend, list[LeaseRecord]]] = {}
+        for record in timely:
+            backend = record.message.backend
+            bucket = groups.get(id(backend))
+            if bucket is None:
+                bucket = groups[id(backend)] = (backend, [])
+            bucket[1].append(record)
+        # Rule 4 as for any lease: a release or forget of one of them (the worker's
+        # shutdown) waits until its delete is answered.
+        self._gate.take_all(timely)
+        try:
+            deleted: list[LeaseRecord] = []
+            answered: list[tuple[LeaseRecord, Outcome]] = []
+            for backend, group in groups.values():
+                for chunk in chunked(group, backend.max_batch):
+                    outcomes = self._calls.call(
+                        backend, "delete", [record.handle() for record in chunk], 0.0
+                    )
+                    at = now()
+                    for record, outcome in zip(chunk, outcomes, strict=True):
+                        if outcome.kind == "ok" and at < record.visible_until:
+                            deleted.append(record)
+                        else:
+                            answered.append((record, outcome))
+            if deleted:
+                self._ledger.end_held(deleted)
+            for record, outcome in answered:
+                results[id(record)] = self._finish_adopted(record, outcome)
+        finally:
+            self._gate.give_all(timely)
+            for record in timely:
+                if record.state is _ACTIVE and record.gen == 0:
+                    self._ledger.reschedule(record)
+            self._ledger.drain()
+        return [results.get(id(record)) for record in records]
+
+    def _adopted(self, record: LeaseRecord, results: dict[int, Result]) -> bool:
+        """Schedule a held lease (``Ledger.adopt``); False, its result the error, when
+        the engine is closed."""
+        try:
+            self._ledger.adopt(record)
+        except ManagerClosed as exc:
+            results[id(record)] = exc
+            return False
+        return True
+
+    def _finish_adopted(self, record: LeaseRecord, first: Outcome) -> Result:
+        """A held lease (taken) whose delete was not simply done in time: scheduled,
+        then the outcome applied as ``complete()`` applies it (retried while
+        transient)."""
+        results: dict[int, Result] = {}
+        if not self._adopted(record, results):
+            return results[id(record)]
+        try:
+            self._ops.finish_delete(record, self._ops.retry(record, "delete", 0.0, first))
+        except LeaseError as exc:
+            return exc
+        return None
 
     def release_many(self, records: Sequence[LeaseRecord], delay: float | None) -> list[Result]:
         """Release every lease; per lease, what ``release(delay)`` would do."""

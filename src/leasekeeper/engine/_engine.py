@@ -32,7 +32,7 @@ from leasekeeper.clock import Clock, now_function
 from leasekeeper.config import LeaseConfig
 from leasekeeper.engine._calls import Calls
 from leasekeeper.engine._dispatch import Dispatcher, Work
-from leasekeeper.engine._extend import Extender, natural_due, rolling_at
+from leasekeeper.engine._extend import Extender, hold_until, natural_due, rolling_at
 from leasekeeper.engine._gate import OpGate
 from leasekeeper.engine._lapse import lapsed
 from leasekeeper.engine._ledger import Counter
@@ -61,6 +61,9 @@ log = logging.getLogger("leasekeeper.manager")
 _ACTIVE = LeaseState.ACTIVE
 _INFINITY = math.inf
 _COMPLETED = LeaseState.COMPLETED
+
+#: Builds a lease record of a message, registered at a time: ``Lease.maker(owner)``.
+MakeRecord = Callable[[Message, float], LeaseRecord]
 
 
 def check_backend(backend: object, config: LeaseConfig) -> None:
@@ -197,9 +200,7 @@ class RenewalEngine:
 
     # ------------------------------------------------------------------ registry
 
-    def register(
-        self, message: Message, make: Callable[[Message, float], LeaseRecord]
-    ) -> LeaseRecord:
+    def register(self, message: Message, make: MakeRecord) -> LeaseRecord:
         """Start renewing ``message``: the record ``make(message, now)`` builds, or the
         lease this engine already holds on that message.
 
@@ -247,6 +248,43 @@ class RenewalEngine:
         if existing is not None:
             self.drain()  # the superseded one, told outside the lock: on_lost may call back in
         return record
+
+    def hold(self, message: Message, make: MakeRecord) -> tuple[LeaseRecord, float] | None:
+        """The record ``make(message, now)`` builds, counted registered but not
+        scheduled, and until when its owner may hold it back (``_extend.hold_until``).
+        None: ``register`` it (so too while this engine holds a lease on its message)."""
+        now = self._now()
+        until = hold_until(message, self._config, self._threshold.value, self._limits_due)
+        with self._lock:
+            lane = self._lanes.get(id(message.backend))
+            if not now < until or self._dispatcher.closed or (lane and message.id in lane.leases):
+                return None
+            self._metrics.registered += 1
+        return make(message, now), until
+
+    def adopt(self, record: LeaseRecord) -> None:
+        """Schedule ``record`` (from ``hold``), due as if registered then. A lease found
+        on its message is older (adopted before any other is registered): superseded."""
+        message = record.message
+        with self._lock:
+            if self._dispatcher.closed:
+                raise closed_error()
+            lane = self._lanes.get(id(message.backend)) or self._add_lane(message.backend)
+            existing = lane.leases.get(message.id)
+            if existing is not None:
+                self.end_locked(existing, LeaseState.LOST, SUPERSEDED)
+            due = self.natural_due(record)
+            self._schedule.add(lane, message.id, record, due)
+            if due < self._dispatcher.next_wake or not self._dispatcher.started:
+                self._wake_locked()
+        self.drain()
+
+    def end_held(self, records: Sequence[LeaseRecord]) -> None:
+        """End ``records`` (from ``hold``, never scheduled, deleted in time) completed."""
+        with self._lock:
+            self._metrics.completed += sum(mark_ended(r, _COMPLETED, COMPLETED) for r in records)
+        for record in records if self._calls.observers else ():
+            self._calls.tell("on_ended", record, _COMPLETED, "completed")
 
     def _limited_due(self, message: Message, now: float, due: float) -> float:
         """A new lease's first due time under ``max_lease_duration`` (abandonment on

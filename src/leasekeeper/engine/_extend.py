@@ -15,10 +15,11 @@ the jitter. It never takes the engine's lock.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import Sequence
 
-from leasekeeper.backends.contract import Backend, Handle, Outcome
+from leasekeeper.backends.contract import Backend, Handle, Message, Outcome
 from leasekeeper.clock import Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.engine._calls import Calls
@@ -74,6 +75,19 @@ def natural_due(
     if rolls and hard is not None and (roll is None or not roll.signalled):
         due = min(due, rolling_at(hard, threshold))
     return due
+
+
+def hold_until(message: Message, config: LeaseConfig, threshold: float, limited: bool) -> float:
+    """Until when a lease on ``message`` may be held back from the schedule by its
+    owner (the renewer process: most jobs end before their first renewal): a timer
+    tick before its first extend could fall due, whatever an adaptive threshold does
+    meanwhile. Minus infinity when ``limited``: its first due time would depend on
+    when it is scheduled (``max_lease_duration``, rollovers)."""
+    if limited:
+        return -math.inf
+    if config.adaptive:
+        threshold = max(threshold, config.threshold_bounds[1])
+    return message.visible_until - threshold - config.timer_interval
 
 
 class Extender:

@@ -40,6 +40,15 @@ class Ledger(Protocol):
         under the same lock: the hot path's one call for both."""
         ...
 
+    def adopt(self, record: LeaseRecord) -> None:
+        """Schedule a lease its owner held back until now (``RenewalEngine.adopt``)."""
+        ...
+
+    def end_held(self, records: Sequence[LeaseRecord]) -> None:
+        """End held leases never scheduled, their messages deleted in time:
+        completed, counted, told to observers."""
+        ...
+
     def reschedule(self, record: LeaseRecord, due: float | None = None) -> None:
         """Schedule an active lease again (at its natural due time by default)."""
         ...

@@ -10,17 +10,18 @@ complete, release, report. Because it is a
 process of its own, a worker holding the GIL in a C call does not stop its
 renewals, and a worker that dies is noticed at once.
 
-The worker's death is noticed three ways, whichever comes first: end of file on
-the socket (the kernel closes a dead process's sockets); the parent-death signal
-(Linux ``PR_SET_PDEATHSIG``, which fires when the *thread* that started us exits,
-so it is only believed once ``getppid()`` changed too); and ``getppid()`` itself,
-checked by a watchdog thread, for a socket kept open by a forked copy of the
-worker. Then every lease still held is released (visibility 0), so another worker
-gets its message at once, and the process exits: no renewer outlives its worker.
-It never infers death from silence: a worker stuck in C code says nothing and is
-alive. SIGINT and SIGTERM are ignored: the renewer shares its worker's fate, not
-its terminal's or its service manager's, and it must keep renewing while a
-worker's graceful shutdown lets its handlers finish.
+The worker's death is noticed three ways, whichever comes first: end of file on the
+socket (the kernel closes a dead process's sockets); the parent-death signal (Linux
+``PR_SET_PDEATHSIG``, which fires when the *thread* that started us exits, so it is
+only believed once ``getppid()`` changed too); and the worker's exit itself, seen by
+a watchdog thread, for a socket kept open by a forked copy of the worker (it waits
+on a pidfd where Linux has them: an idle renewer never wakes; else it checks
+``getppid()`` every ``WATCH_INTERVAL``). Then every lease still held is released
+(visibility 0), so another worker gets its message at once, and the process exits:
+no renewer outlives its worker. It never infers death from silence: a worker stuck
+in C code says nothing and is alive. SIGINT and SIGTERM are ignored: the renewer
+shares its worker's fate, not its terminal's or its service manager's, and it must
+keep renewing while a worker's graceful shutdown lets its handlers finish.
 
 Requests are read and done by a pool of serving threads, leader/follower: the
 thread that reads a request does it, so the worker's round trip crosses no extra
@@ -38,6 +39,7 @@ import logging
 import os
 import pickle
 import queue
+import select
 import signal
 import sys
 import threading
@@ -79,6 +81,8 @@ from leasekeeper.renewers._frames import (
     recv_frame,
     send_frame,
 )
+from leasekeeper.renewers._held import HeldLeases
+from leasekeeper.renewers.thread import ThreadRenewer
 
 log = logging.getLogger("leasekeeper.renewer")
 
@@ -247,6 +251,13 @@ class ChildRenewer:
         self._keys: dict[int, int] = {}  # id(lease) -> key (the forwarder forgets ended ones)
         self._forwarder = Forwarder(outbox, self._leases, self._keys, self._queues)
         manager.add_observer(self._forwarder)
+        renewer = manager.renewer
+        if not isinstance(renewer, ThreadRenewer):
+            raise TypeError("the renewer process runs a thread-mode manager")
+        # Leases held back until their first renewal nears: most jobs end before,
+        # and then their lease costs only its share of a batch delete.
+        self._held = HeldLeases(renewer, self._refused)
+        self._renewer = renewer
         # Leader/follower: whichever serving thread holds this lock reads the next
         # frame, lets go, and does the request itself - no handoff to another thread
         # on the worker's round trip. Cheap frames (add, abandon, ...) are done before
@@ -303,6 +314,7 @@ class ChildRenewer:
             self._drain()  # what the worker sent before it died, still unread
             self._wait_idle(EXIT_RELEASE_TIMEOUT)  # what the worker asked before it died
             log.info("the worker is gone: releasing %d lease(s)", len(self._leases))
+            self._held.adopt_all()  # released with the others, in the same batches
             self._manager.close(release=True, timeout=EXIT_RELEASE_TIMEOUT)
 
     def _start_threads(self) -> None:
@@ -411,6 +423,7 @@ class ChildRenewer:
                 lease.progressed_at = at  # the worker's monotonic clock is ours
 
     def _abandon(self, frame: Abandon) -> None:
+        self._held.adopt((frame.key,))
         lease = self._leases.get(frame.key)
         if lease is not None:
             lease.owner.abandon(lease, frame.reason)
@@ -426,6 +439,7 @@ class ChildRenewer:
         # manager closes (its releases told to the worker), and only then the
         # reply: the worker's close() returns with every lease's end applied.
         self._wait_idle(EXIT_RELEASE_TIMEOUT)
+        self._held.adopt_all()
         self._manager.close(release=frame.release, timeout=frame.timeout)
         self._outbox.flush()
         # The final counts ride on the reply: stats() after close() is asked here.
@@ -444,6 +458,12 @@ class ChildRenewer:
             deadline_hint=frame.deadline_hint,
             hard_deadline=frame.hard_deadline,
         )
+        if not frame.watch:
+            held = self._held.hold(frame.key, frame.queue, message)
+            if held is not None:
+                self._leases[frame.key] = held
+                self._keys[id(held)] = frame.key
+                return
         try:
             lease = (self._manager.watch if frame.watch else self._manager.register)(message)
         except LeaseError as exc:
@@ -456,6 +476,7 @@ class ChildRenewer:
     def _forget(self, frame: Forget) -> None:
         """Stop renewing one lease; answered once no extend of it is in flight (it
         waits until the lease is free), off the reading thread so others go on."""
+        self._held.adopt((frame.key,))
         lease = self._leases.get(frame.key)
         if lease is not None:
             lease.forget()
@@ -467,18 +488,24 @@ class ChildRenewer:
     def _complete(self, frames: list[Complete]) -> None:
         """The completes read together (several handlers'), done in one call and
         answered in one write (a ``Batch`` of their replies)."""
-        leases = self._find([key for frame in frames for key in frame.keys])
-        results: list[BaseException | None] = []
-        known = [lease for lease in leases if lease is not None]
+        keys = [key for frame in frames for key in frame.keys]
+        leases = self._find(keys)
+        # The leases still held (never renewed: each has the receipt it came with)
+        # are deleted as they are; the others the way complete_many goes.
+        held = self._held.take(keys)
+        outcome: dict[int, BaseException | None] = {}
+        if held:
+            outcome.update(zip(map(id, held), self._renewer.complete_held(held), strict=True))
+        known = [lease for lease in leases if lease is not None and id(lease) not in outcome]
         if len(known) == 1 == len(leases):
             try:
                 known[0].complete()
-                results = [None]
+                outcome[id(known[0])] = None
             except (LeaseError, ValueError) as exc:
-                results = [exc]
-        else:
-            done = iter(self._manager.complete_many(known))
-            results = [next(done) if lease is not None else _unknown() for lease in leases]
+                outcome[id(known[0])] = exc
+        elif known:
+            outcome.update(zip(map(id, known), self._manager.complete_many(known), strict=True))
+        results = [_unknown() if lease is None else outcome[id(lease)] for lease in leases]
         # Each lease's final extension count rides on the reply: the notices of its
         # last extends may still be queued behind it (or unread by a worker that was
         # holding its GIL), and a completed lease's count should be right at once.
@@ -494,6 +521,7 @@ class ChildRenewer:
 
     def _release(self, frame: Release) -> None:
         delay, stop = frame.delay, frame.stop_handler
+        self._held.adopt(frame.keys)
         results: list[BaseException | None] = []
         for lease in self._find(frame.keys):
             if lease is None:
@@ -508,6 +536,13 @@ class ChildRenewer:
             except (LeaseError, ValueError) as exc:
                 results.append(exc)
         self._outbox.reply(Done(frame.request, [encode_error(r) for r in results]))
+
+    def _refused(self, key: int, lease: Lease, error: LeaseError) -> None:
+        """A held lease the engine would not adopt (closed meanwhile): it is lost."""
+        self._keys.pop(id(lease), None)
+        self._leases.pop(key, None)
+        lost = LostReason.LAPSED.value
+        self._outbox.put(Ended(key, LeaseState.LOST.value, lost, str(error), True))
 
 
 def _opened(frames: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -584,8 +619,20 @@ class DeathWatch:
             raise WorkerGone
 
     def _watchdog(self) -> None:
+        # Where the kernel can tell (a pidfd turns readable when its process exits),
+        # wait for that, without waking 1/WATCH_INTERVAL times a second for nothing.
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            pidfd = os.pidfd_open(self.parent)
+            try:
+                if os.getppid() == self.parent:  # the pidfd is our parent's
+                    exited = select.poll()
+                    exited.register(pidfd, select.POLLIN)
+                    exited.poll()
+            finally:
+                os.close(pidfd)
+        pause = threading.Event()
         while os.getppid() == self.parent:
-            threading.Event().wait(WATCH_INTERVAL)
+            pause.wait(WATCH_INTERVAL)
         os.kill(os.getpid(), PARENT_DEATH_SIGNAL)
 
 

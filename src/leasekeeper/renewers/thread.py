@@ -196,6 +196,35 @@ class ThreadRenewer:
             return one_by_one(lambda lease: self.release(lease, delay), leases)
         return self._batch.release_many(leases, delay)
 
+    # ------------------------------------------------------------------ held leases
+    # For an owner that leases many short jobs in bulk (the renewer process): a lease
+    # held back from the schedule until its first renewal nears costs, when its job
+    # ends before then, one share of a batch delete - no registration, no schedule.
+
+    def hold(self, message: Message) -> tuple[Lease, float] | None:
+        """A lease on ``message``, made now and counted registered but not scheduled,
+        and the clock time by which ``adopt`` must schedule it (a tick before its
+        first renewal could fall due); None when it cannot wait (then ``register``
+        it). Until then the owner keeps it: ``complete_held`` ends it, ``adopt``
+        hands it over (before any other operation on it, or on another lease of its
+        message)."""
+        if not isinstance(message, Message):
+            raise not_a_message(message)
+        return self._engine.hold(message, self._new_lease)  # type: ignore[return-value]
+
+    def adopt(self, lease: Lease) -> None:
+        """Schedule a lease from ``hold``: renewed from now on, as if registered when
+        it was made. Raises ``ManagerClosed`` once closed."""
+        self._engine.adopt(lease)
+
+    def complete_held(self, leases: Sequence[Lease]) -> list[BaseException | None]:
+        """``complete_many`` of leases from ``hold`` that were never adopted."""
+        if self._completes_one_by_one:  # a subclass's own complete sees each one
+            for lease in leases:
+                self._engine.adopt(lease)
+            return self.complete_many(leases)
+        return self._batch.complete_held(leases)
+
     def get(self, message: Message) -> Lease | None:
         return cast("Lease | None", self._engine.get(message))
 
