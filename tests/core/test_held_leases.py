@@ -14,6 +14,7 @@ from leasekeeper.backends.forwarding import ForwardingBackend
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.renewers.thread import ThreadRenewer
 from leasekeeper.testing import ManualClock
+from tests.core.test_batch_ops import fill
 from tests.helpers import ScriptedBackend
 
 
@@ -33,12 +34,7 @@ def held(renewer: ThreadRenewer, messages: list[Any]) -> list[Any]:
 
 
 def receive(backend: Any, queue: MemoryQueue, n: int) -> list[Any]:
-    for i in range(n):
-        queue.send(f"job {i}")
-    got: list[Any] = []
-    while len(got) < n:
-        got += backend.receive(max_messages=10)
-    return got
+    return fill(queue, backend, n)
 
 
 def test_a_held_lease_completed_before_its_first_renewal_is_deleted_once_and_counted(

@@ -146,14 +146,14 @@ def test_a_worker_receives_nothing_before_its_renewer_renews(
     assert renewing_at_receive and all(renewing_at_receive)
 
 
-def test_a_killed_worker_s_messages_come_back_at_once(moto_endpoint: str, queue_url: str) -> None:
-    fill(moto_endpoint, queue_url, 20)
-    env = {**os.environ, **CHILD_ENV}
+def kill_a_holding_worker(endpoint: str, url: str, *mode: str) -> tuple[int, list[str], float]:
+    """Start ``tests.renewer.worker_proc`` (20 leases, in ``mode``), SIGKILL it once it
+    holds them: its renewer's pid, the ids it held, when it was killed."""
     worker = subprocess.Popen(
-        [sys.executable, "-m", "tests.renewer.worker_proc", moto_endpoint, queue_url, "20"],
+        [sys.executable, "-m", "tests.renewer.worker_proc", endpoint, url, "20", *mode],
         stdout=subprocess.PIPE,
         text=True,
-        env=env,
+        env={**os.environ, **CHILD_ENV},
     )
     try:
         line = worker.stdout.readline() if worker.stdout else ""
@@ -162,19 +162,24 @@ def test_a_killed_worker_s_messages_come_back_at_once(moto_endpoint: str, queue_
         assert len(held) == 20
         worker.send_signal(signal.SIGKILL)
         worker.wait()
-        killed = time.monotonic()
-        # Visibility 30 s: without the renewer's release nothing would come back sooner.
-        got = drain_ids(moto_endpoint, queue_url, 20, timeout=20)
-        took = time.monotonic() - killed
-        assert got == set(held), f"{len(got)} of 20 back after {took:.1f}s"
-        assert took < 20
-        deadline = time.monotonic() + 10
-        while alive(int(renewer)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(int(renewer)), "the renewer outlived its worker"
+        return int(renewer), held, time.monotonic()
     finally:
         if worker.poll() is None:
             worker.kill()
+
+
+def test_a_killed_worker_s_messages_come_back_at_once(moto_endpoint: str, queue_url: str) -> None:
+    fill(moto_endpoint, queue_url, 20)
+    renewer, held, killed = kill_a_holding_worker(moto_endpoint, queue_url)
+    # Visibility 30 s: without the renewer's release nothing would come back sooner.
+    got = drain_ids(moto_endpoint, queue_url, 20, timeout=20)
+    took = time.monotonic() - killed
+    assert got == set(held), f"{len(got)} of 20 back after {took:.1f}s"
+    assert took < 20
+    deadline = time.monotonic() + 10
+    while alive(renewer) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(renewer), "the renewer outlived its worker"
 
 
 def test_a_killed_renewer_s_leases_are_reported_lost_and_a_new_one_takes_over(
@@ -526,34 +531,9 @@ def test_a_killed_worker_s_held_and_renewed_leases_all_come_back_at_once(
     """Half the leases held back by the renewer process, half renewed by its engine
     (received with a short timeout): the worker's death releases both at once."""
     fill(moto_endpoint, queue_url, 20)
-    env = {**os.environ, **CHILD_ENV}
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.renewer.worker_proc",
-            moto_endpoint,
-            queue_url,
-            "20",
-            "mixed",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        line = worker.stdout.readline() if worker.stdout else ""
-        assert line.startswith("ready"), line
-        _, _, *held = line.split()
-        assert len(held) == 20
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()
-        killed = time.monotonic()
-        # Renewed ones are hidden 30 s past their last extend, held ones 30 s past
-        # their receive: only the renewer's release brings them back sooner.
-        got = drain_ids(moto_endpoint, queue_url, 20, timeout=12)
-        took = time.monotonic() - killed
-        assert got == set(held), f"{len(got)} of 20 back after {took:.1f}s"
-    finally:
-        if worker.poll() is None:
-            worker.kill()
+    _, held, killed = kill_a_holding_worker(moto_endpoint, queue_url, "mixed")
+    # Renewed ones are hidden 30 s past their last extend, held ones 30 s past
+    # their receive: only the renewer's release brings them back sooner.
+    got = drain_ids(moto_endpoint, queue_url, 20, timeout=12)
+    took = time.monotonic() - killed
+    assert got == set(held), f"{len(got)} of 20 back after {took:.1f}s"

@@ -165,11 +165,7 @@ class BatchOps:
             for record, outcome in answered:
                 results[id(record)] = self._finish_adopted(record, outcome)
         finally:
-            self._gate.give_all(timely)
-            for record in timely:
-                if record.state is _ACTIVE and record.gen == 0:
-                    self._ledger.reschedule(record)
-            self._ledger.drain()
+            self._give_back(timely)
         return [results.get(id(record)) for record in records]
 
     def _adopted(self, record: LeaseRecord, results: dict[int, Result]) -> bool:
@@ -255,12 +251,17 @@ class BatchOps:
                         except LeaseError as exc:
                             results[id(record)] = exc
         finally:
-            self._gate.give_all(taken)
-            for record in taken:
-                if record.state is _ACTIVE and record.gen == 0:
-                    self._ledger.reschedule(record)
-            self._ledger.drain()
+            self._give_back(taken)
         return [results[id(record)] for record in records]
+
+    def _give_back(self, records: Sequence[LeaseRecord]) -> None:
+        """After a batch call: the gate let go of ``records``; those still active and
+        not renewed meanwhile go back on the schedule; what waited is done."""
+        self._gate.give_all(records)
+        for record in records:
+            if record.state is _ACTIVE and record.gen == 0:
+                self._ledger.reschedule(record)
+        self._ledger.drain()
 
     # ------------------------------------------------------------------ close()
 
