@@ -4,15 +4,17 @@ Rows, thread vs process, in one run:
 
 1. register+complete round trip: what the process renewer's IPC costs. The
    backend answers at once (``benchmarks.nullq``), so what is timed is the lease
-   machinery: in process mode one frame to the renewer (register) and one
-   request/reply (complete). Target: process p50 under 100 µs.
+   machinery: in process mode a frame to the renewer (register), and for the
+   complete a frame (``Drop``) and the delete, made in the worker while the renewer
+   still holds the lease back - no round trip. Target: process p50 under 100 µs.
 1b. the same at 8 handler threads at once (pairs a second, all threads together),
    and a ``Worker`` of 8 handler threads running no-op jobs off a queue that
    answers at once (messages a second, receive to delete): the worst case for
    the process renewer, whose cost is all IPC. ``Worker`` and ``AsyncWorker``
    renew in a process by default (``renewer="auto"``) when the worker's
    throughput there is within 2x of the thread renewer's (issue 24); the ratios
-   come from this one run. Target: within 2x.
+   come from this one run. Target: within 2x; and register+complete at 8 threads at
+   least a third of the thread renewer's rate (issue 31).
 1c. start-up of the renewer process, from asking for it to its "serving": with the
    null backend (leasekeeper's own part) and with SQS (the renewer imports boto3
    and builds its client). Target: under 1 s.
@@ -60,6 +62,7 @@ TITLE = "8. renewer thread vs process"
 TARGET_ROUND_TRIP_US = 100.0
 TARGET_WORKER_RATIO = 2.0  # within this, Worker and AsyncWorker renew in a process by default
 TARGET_STARTUP_S = 1.0
+TARGET_PAIRS_RATIO = 3.0  # register+complete at 8 threads: process >= 1/3 of thread (issue 31)
 HANDLER_THREADS = 8
 GIL_VISIBILITY = 2.0
 FAILOVER_VISIBILITY = 30.0
@@ -443,7 +446,13 @@ def _cost_rows(
             leasekeeper=rate(concurrent["process"], "pairs_per_s", "process"),
             baselines=rate(concurrent["thread"], "pairs_per_s", "thread"),
             ratio=fmt_ratio(slower, "the thread renewer's rate"),
-            note="each complete is a request/reply to the renewer process",
+            target=f"process at least 1/{TARGET_PAIRS_RATIO:g} of the thread renewer's rate",
+            met=slower is not None and slower <= TARGET_PAIRS_RATIO,
+            note=(
+                "a complete is a frame and the worker's own delete while the renewer holds "
+                "the lease back; the thread renewer's rate here moves 5-10x between runs "
+                "(GIL hand-offs among 8 threads)"
+            ),
         )
     )
     cost = ratio(

@@ -198,3 +198,60 @@ def test_a_release_during_a_held_lease_s_delete_waits_for_it_rule_4(
     assert queue.calls["release"] == 0
     stats = manager.stats()
     assert (stats.completed, stats.released) == (1, 0)
+
+
+def test_a_lease_the_worker_drops_before_its_adoption_is_never_adopted(
+    clock: ManualClock, make_manager: Any
+) -> None:
+    """The renewer process's promoter reads what the worker wrote (``sync``) after a
+    held lease's time to be adopted came and before it adopts: a lease the worker
+    said it deletes itself (``drop``) is never renewed; the others are adopted."""
+    from leasekeeper.renewers._held import HeldLeases
+
+    queue = MemoryQueue(30, clock=clock)
+    manager = make_manager(queue, extend_threshold=10.0)
+    renewer = renewer_of(manager)
+    mine, other = receive(queue, queue, 2)
+    synced = threading.Event()
+    holder: list[HeldLeases] = []
+    dropped: list[Any] = []
+
+    def sync() -> Any:  # the worker's Drop of key 1, read before adopting
+        dropped.append(holder[0].drop([1]))
+        synced.set()
+        return lambda: None
+
+    held_leases = HeldLeases(renewer, lambda key, lease, error: None, sync)
+    holder.append(held_leases)
+    clock.advance(25)  # both past their time to be held (30 - 10 - 1)
+    first = held_leases.hold(1, 0, mine, own=True)  # held all the same: the worker may drop it
+    second = held_leases.hold(2, 0, other, own=True)
+    assert first is not None and second is not None
+    assert synced.wait(10)
+    for _ in range(1000):  # the promoter adopts the other right after
+        if renewer.count() == 1:
+            break
+        threading.Event().wait(0.01)
+    assert renewer.get(other) is second and renewer.get(mine) is None
+    clock.advance(1)  # both were due to be renewed: only the adopted one is
+    assert second.extensions == 1 and first.extensions == 0
+    assert held_leases.take([1]) == {}  # let go of: the worker deletes it
+    # (once a round: a second one, for the lease held after the first round, finds
+    # nothing more to drop)
+    assert dropped[0] == [(1, first)] and all(more == [] for more in dropped[1:])
+    held_leases.adopt_all()
+
+
+def test_without_the_worker_s_leave_a_late_lease_is_not_held(
+    clock: ManualClock, make_manager: Any
+) -> None:
+    from leasekeeper.renewers._held import HeldLeases
+
+    queue = MemoryQueue(30, clock=clock)
+    manager = make_manager(queue, extend_threshold=10.0)
+    renewer = renewer_of(manager)
+    (message,) = receive(queue, queue, 1)
+    held_leases = HeldLeases(renewer, lambda key, lease, error: None)
+    clock.advance(25)
+    assert held_leases.hold(1, 0, message) is None  # registered at once instead
+    assert held_leases.drop([1]) == []

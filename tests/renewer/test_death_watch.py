@@ -20,7 +20,7 @@ from typing import Any
 SCRIPT = textwrap.dedent(
     """
     import os, signal
-    from leasekeeper.renewers._main import PARENT_DEATH_SIGNAL, DeathWatch, WorkerGone
+    from leasekeeper.renewers._death import PARENT_DEATH_SIGNAL, DeathWatch, WorkerGone
 
     def notice(watch):
         try:
@@ -70,7 +70,7 @@ def test_the_watch_raises_once_and_never_after_it_is_settled() -> None:
 WATCHED = textwrap.dedent(
     """
     import os, signal, sys, threading, time
-    from leasekeeper.renewers._main import PARENT_DEATH_SIGNAL, DeathWatch, WorkerGone
+    from leasekeeper.renewers._death import PARENT_DEATH_SIGNAL, DeathWatch, WorkerGone
 
     # Only the watchdog: no PR_SET_PDEATHSIG, no socket (as when a forked copy of the
     # worker keeps the socket open).

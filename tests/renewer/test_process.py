@@ -491,6 +491,65 @@ def test_jobs_done_before_their_first_renewal_cost_one_delete_each(
         manager.close()
 
 
+@pytest.mark.parametrize("stopped", ["after registering", "before registering"])
+def test_jobs_done_before_their_first_renewal_are_deleted_by_the_worker_itself(
+    moto_endpoint: str, queue_url: str, stopped: str
+) -> None:
+    """No round trip: the worker deletes a job's message itself while the renewer
+    process holds its lease back - even with the renewer stopped (SIGSTOP), which
+    could answer nothing. Stopped before the registers, it reads each with its
+    drop when it runs again, and never holds them; counted all the same."""
+    fill(moto_endpoint, queue_url, 12)
+    backend = SQSBackend(make_client(moto_endpoint), queue_url)
+    manager = LeaseManager(backend, renewer="process", visibility_timeout=30)
+    pid = manager.renewer_pid
+    try:
+        if stopped == "before registering":
+            os.kill(pid, signal.SIGSTOP)
+        leases: list[Any] = []
+        while len(leases) < 12:
+            leases += manager.register_many(backend.receive(max_messages=10, wait_seconds=1))
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            assert manager.complete_many(leases[:10]) == [None] * 10
+            for lease in leases[10:]:
+                lease.complete()
+            assert all(lease.state is LeaseState.COMPLETED for lease in leases)
+            assert queue_depth(moto_endpoint, queue_url) == 0
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        stats = manager.stats()  # the renewer's count and the worker's, together
+        assert (stats.registered, stats.completed, stats.lost, stats.in_flight) == (12, 12, 0, 0)
+    finally:
+        manager.close()
+
+
+def test_a_delete_the_worker_cannot_do_goes_by_the_renewer_s_rules(
+    moto_endpoint: str, queue_url: str
+) -> None:
+    """The worker's own delete answered with an error is the renewer's to decide:
+    here a receipt the service rejects, so the lease is lost (as with the thread
+    renewer), and the good one beside it is deleted."""
+    fill(moto_endpoint, queue_url, 2)
+    backend = SQSBackend(make_client(moto_endpoint), queue_url)
+    manager = LeaseManager(backend, renewer="process", visibility_timeout=30)
+    try:
+        messages: list[Any] = []
+        while len(messages) < 2:
+            messages += backend.receive(max_messages=2, wait_seconds=1)
+        bad = messages[0]
+        bad.receipt = "not-a-receipt"
+        leases = manager.register_many([bad, messages[1]])
+        results = manager.complete_many(leases)
+        assert isinstance(results[0], LeaseLost) and results[1] is None
+        assert leases[0].state is LeaseState.LOST
+        assert leases[1].state is LeaseState.COMPLETED
+        stats = manager.stats()
+        assert (stats.registered, stats.completed, stats.lost) == (2, 1, 1)
+    finally:
+        manager.close()
+
+
 def test_a_lease_that_outlives_its_hold_is_renewed_and_counted_once(
     moto_endpoint: str, queue_url: str
 ) -> None:

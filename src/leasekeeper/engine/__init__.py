@@ -13,6 +13,7 @@ from leasekeeper.engine._calls import Calls as Calls
 from leasekeeper.engine._coalesce import Coalescer as Coalescer
 from leasekeeper.engine._engine import RenewalEngine as RenewalEngine
 from leasekeeper.engine._engine import check_backend as check_backend
+from leasekeeper.engine._extend import owner_hold_until as owner_hold_until
 from leasekeeper.engine._handler_ops import HandlerOps as HandlerOps
 from leasekeeper.engine._transitions import COMPLETED as COMPLETED
 from leasekeeper.engine._transitions import FORGOTTEN as FORGOTTEN

@@ -86,6 +86,10 @@ def check_backend(backend: object, config: LeaseConfig) -> None:
     config.check_backend(backend, limit)
 
 
+#: A held lease and until when its owner may hold it (``RenewalEngine.hold``).
+Held = tuple[LeaseRecord, float]
+
+
 class RenewalEngine:
     """Keeps registered leases invisible until they end. See the module docstring.
 
@@ -249,15 +253,16 @@ class RenewalEngine:
             self.drain()  # the superseded one, told outside the lock: on_lost may call back in
         return record
 
-    def hold(self, message: Message, make: MakeRecord) -> tuple[LeaseRecord, float] | None:
-        """The record ``make(message, now)`` builds, counted registered but not
-        scheduled, and until when its owner may hold it back (``_extend.hold_until``).
-        None: ``register`` it (so too while this engine holds a lease on its message)."""
+    def hold(self, message: Message, make: MakeRecord, late: bool = False) -> Held | None:
+        """``make(message, now)``'s record, counted registered but not scheduled, and
+        until when its owner may hold it back (``_extend.hold_until``). None: register
+        it (a lease on its message is here, or that time passed and not ``late``)."""
         now = self._now()
         until = hold_until(message, self._config, self._threshold.value, self._limits_due)
+        waits = now < until or (late and until > -math.inf)
         with self._lock:
             lane = self._lanes.get(id(message.backend))
-            if not now < until or self._dispatcher.closed or (lane and message.id in lane.leases):
+            if not waits or self._dispatcher.closed or (lane and message.id in lane.leases):
                 return None
             self._metrics.registered += 1
         return make(message, now), until
@@ -356,8 +361,7 @@ class RenewalEngine:
         self._threshold.adapt(now)
         self._threshold_now = self._threshold.value
 
-    def natural_due(self, record: LeaseRecord) -> float:
-        """When ``record`` is next due (``_extend.natural_due``)."""
+    def natural_due(self, record: LeaseRecord) -> float:  # (``_extend.natural_due``)
         return natural_due(record, self._threshold.value, self._max_lease, rolls=self._rolls)
 
     def reschedule(self, record: LeaseRecord, due: float | None = None) -> None:

@@ -90,6 +90,15 @@ def hold_until(message: Message, config: LeaseConfig, threshold: float, limited:
     return message.visible_until - threshold - config.timer_interval
 
 
+def owner_hold_until(message: Message, config: LeaseConfig) -> float:
+    """``hold_until`` as a renewer engine on ``config`` computes it for ``message``,
+    worked out by whoever else knows only the config (a worker whose renewer process
+    holds its leases back): the threshold an engine holds leases against is the
+    configured one, or an adaptive one's upper bound."""
+    limited = config.on_cap == "rollover" or config.max_lease_duration is not None
+    return hold_until(message, config, config.threshold, limited)
+
+
 class Extender:
     """The extend pipeline of one renewal engine."""
 

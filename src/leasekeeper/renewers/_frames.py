@@ -7,7 +7,8 @@ end. Frames cross as length-prefixed pickles (``send_frame``/``recv_frame`` over
 a ``renewers._channel.Channel``); a ``Batch`` carries several in one write,
 and a ``FrameReader`` takes every frame that has arrived in one read.
 
-worker -> renewer: ``Hello`` (first, before anything else), ``Add`` (no reply),
+worker -> renewer: ``Hello`` (first, before anything else), ``Add``, ``Adds`` and
+``Drop`` (no reply),
 ``Complete``, ``Release``, ``Forget``, ``AskStats`` and ``Close`` (each answered by
 a ``Done`` with its ``request``), ``Abandon``, ``Progress``, ``Observe`` (no reply).
 
@@ -60,13 +61,37 @@ class Add(NamedTuple):
     receive_count: int
     watch: bool
     queue: int = 0  # which of a multi-queue worker's queues (their order at start)
+    # The worker may delete it itself if its job ends while it is held (``Drop``):
+    # then it is held even when it arrives late, until what the worker wrote before
+    # its time to be adopted has been read.
+    own: bool = False
+
+
+class Adds(NamedTuple):
+    """Several ``Add``s (a receive's registers), each as the plain tuple of its
+    fields: cheaper to read than a NamedTuple each, and one the renewer finds
+    dropped in the same read it never needs to build."""
+
+    entries: list[tuple[Any, ...]]
+
+
+class Drop(NamedTuple):
+    """The worker deletes these held leases' messages itself (no reply). Sent only
+    while, by the worker's clock, the renewer cannot have adopted them yet (it reads
+    what came before it adopts): they are never renewed. One that was adopted all
+    the same, or was not held, is left as it is: a ``Complete`` for it follows."""
+
+    keys: list[int]
 
 
 class Complete(NamedTuple):
-    """Delete these leases' messages. Reply: per key (encoded error, extensions)."""
+    """Delete these leases' messages. Reply: per key (encoded error, extensions).
+    ``adds``: the fields (as ``Add``'s) of those among them the worker dropped
+    (``Drop``): the renewer may have let go of them, and holds them anew first."""
 
     request: int
     keys: list[int]
+    adds: Sequence[tuple[Any, ...]] = ()
 
 
 class Release(NamedTuple):
@@ -201,8 +226,7 @@ READ_SIZE = 1 << 18  # bytes asked of the socket per read
 
 def encode_frame(frame: tuple[Any, ...]) -> bytes:
     """``frame`` as ``send_frame`` writes it: its length, then its pickle. Frames encoded
-    so go out several in one write (``renewers._sender``: their bytes joined), and are
-    read as ``send_frame``'s are, one by one."""
+    are read as ``send_frame``'s are (``renewers._sender`` writes them)."""
     data = pickle.dumps(frame, _PROTOCOL)
     size = len(data)
     if size > 0x7FFFFFFF:
@@ -234,6 +258,8 @@ class FrameReader:
         # (above malloc's mmap threshold: an mmap, a page fault and a munmap each).
         self._chunk = bytearray(READ_SIZE)
         self._chunk_view = memoryview(self._chunk)
+        self._readable = select.poll()  # for ``wait`` (no FD_SETSIZE limit)
+        self._readable.register(self._fd, select.POLLIN)
 
     def read(self) -> list[Any]:
         """The frames that have arrived, at least one (waits for it); EOFError when
@@ -243,6 +269,11 @@ class FrameReader:
             if frames:
                 return frames
             self._fill()
+
+    def wait(self) -> None:
+        """Wait until the socket has something to read (or is at its end), reading
+        nothing: another thread may read meanwhile (``read_waiting``)."""
+        self._readable.poll()
 
     def read_waiting(self) -> list[Any]:
         """The frames that have arrived, without waiting (none: an empty list)."""

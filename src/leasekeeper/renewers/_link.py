@@ -16,7 +16,7 @@ received or registered before its renewals can be sent. A backend that cannot be
 built there after all is reported by ``wait_serving`` (ConfigError, with its
 reason).
 
-Then it sends frames (``_frames``, several in one write: ``renewers._sender``), waits
+Then it sends frames (``_frames``, one write each: ``renewers._sender``), waits
 for replies (``ask``: the waiting thread reads them itself when no other does,
 ``renewers._replies``), and hands every other frame to its ``on_frame`` callback -
 on the thread that read it: a waiting thread, or the reader thread, which reads
@@ -121,8 +121,7 @@ class RenewerLink:
             raise ConfigError("the renewer process could not start: it died while starting")
 
     def send(self, frame: tuple[Any, ...]) -> None:
-        """Send ``frame`` (with what other threads send meanwhile, in one write: ``FrameSender``);
-        LeaseLost when the renewer is gone."""
+        """Send ``frame`` (``FrameSender``); LeaseLost when the renewer is gone."""
         try:
             self._sender.send(frame)
         except OSError:

@@ -34,12 +34,11 @@ not reading (stuck in C code) never stalls the renewals here.
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import dataclasses
 import logging
 import os
 import pickle
 import queue
-import select
 import signal
 import sys
 import threading
@@ -49,6 +48,7 @@ from typing import Any, NamedTuple
 
 from leasekeeper.backends.contract import Backend, Message
 from leasekeeper.config import LeaseConfig
+from leasekeeper.engine.stats import Stats
 from leasekeeper.errors import LeaseError
 from leasekeeper.lease import Lease
 from leasekeeper.manager import LeaseManager
@@ -56,14 +56,17 @@ from leasekeeper.observers import CallEvent, Observer
 from leasekeeper.reasons import LostReason
 from leasekeeper.record import LeaseRecord, LeaseState
 from leasekeeper.renewers._channel import Channel
+from leasekeeper.renewers._death import DeathWatch, WorkerGone
 from leasekeeper.renewers._frames import (
     Abandon,
     Add,
+    Adds,
     AskStats,
     Batch,
     Close,
     Complete,
     Done,
+    Drop,
     Ended,
     Event,
     Extended,
@@ -86,14 +89,7 @@ from leasekeeper.renewers.thread import ThreadRenewer
 
 log = logging.getLogger("leasekeeper.renewer")
 
-PARENT_DEATH_SIGNAL = signal.SIGUSR1
-WATCH_INTERVAL = 0.2  # seconds between getppid() checks
 EXIT_RELEASE_TIMEOUT = 10.0  # how long releasing at the worker's death may take
-_PR_SET_PDEATHSIG = 1
-
-
-class WorkerGone(Exception):
-    """The worker process died: release everything and exit."""
 
 
 class _Flushed(NamedTuple):
@@ -256,13 +252,24 @@ class ChildRenewer:
             raise TypeError("the renewer process runs a thread-mode manager")
         # Leases held back until their first renewal nears: most jobs end before,
         # and then their lease costs only its share of a batch delete.
-        self._held = HeldLeases(renewer, self._refused)
+        self._held = HeldLeases(renewer, self._refused, self._read_before_adopting)
         self._renewer = renewer
-        # Leader/follower: whichever serving thread holds this lock reads the next
-        # frame, lets go, and does the request itself - no handoff to another thread
-        # on the worker's round trip. Cheap frames (add, abandon, ...) are done before
-        # letting go, so a complete can never overtake the add of its lease.
+        # Adds read with their Drop (the job ended before its Add was read): never
+        # held; kept a while, as dropped leases are, for a Complete that may come.
+        self._dropped_on_arrival: set[int] = set()  # the keys the Drops being done name
+        # Registered leases the engine did not count (never held), less the ones it
+        # counted twice (a Complete brought one back to be held anew).
+        self._uncounted = 0
+        # Leader/follower: whichever serving thread holds this lock waits for the next
+        # frames, reads them, lets go, and does the request itself - no handoff to
+        # another thread on the worker's round trip.
         self._read_lock = threading.Lock()
+        # Guards the reader and the order frames are done in: the frames read are
+        # done in order (the cheap ones, add, drop, abandon ...) before it is let go,
+        # so a complete never overtakes the add of its lease, and the promoter of the
+        # held leases can read what came before it adopts one (``_read_before_adopting``).
+        # (Reentrant: a Close, and a dead worker's last frames, are done holding it.)
+        self._frames_lock = threading.RLock()
         self._done = threading.Event()  # closed, or the worker is gone
         self._gone = False  # the worker is gone (not closed): release everything
         self._busy_lock = threading.Lock()  # guards _busy
@@ -272,6 +279,8 @@ class ChildRenewer:
         # the others after it let go, while another thread reads on.
         self._cheap: dict[type, Callable[[Any], None]] = {
             Add: self._add,
+            Adds: self._adds,
+            Drop: self._drop,
             Progress: self._progress,
             Abandon: self._abandon,
             AskStats: self._stats,
@@ -332,29 +341,50 @@ class ChildRenewer:
                     if self._done.is_set():
                         return
                     try:
-                        frames = self._read_waiting()
+                        self._reader.wait()
+                        with self._frames_lock:
+                            slow = self._do_cheap(self._read_waiting())
                     except (EOFError, OSError):
                         self._gone = True
                         self._done.set()
                         return
-                    slow = self._do_cheap(frames)
-                with self._busy_lock:
-                    self._busy += 1
-            try:
-                self._do_slow(slow)
-            finally:
-                with self._busy_lock:
-                    self._busy -= 1
+            self._do_busy(slow)
+
+    def _do_busy(self, slow: list[tuple[Any, ...]]) -> None:
+        """``_do_slow``, counted as running (close waits for what runs)."""
+        if not slow:
+            return
+        with self._busy_lock:
+            self._busy += 1
+        try:
+            self._do_slow(slow)
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
 
     def _read_waiting(self) -> list[tuple[Any, ...]]:
-        """The frames that have arrived, at least one (``Batch``es opened): the
+        """The frames that have arrived (``Batch``es opened), without waiting: the
         completes among them are done in one call and answered in one write."""
-        return _opened(self._reader.read())
+        return _opened(self._reader.read_waiting())
+
+    def _read_before_adopting(self) -> Callable[[], None]:
+        """Do the cheap frames the worker wrote so far (its ``Drop``s among them):
+        called by the promoter once a held lease's time to be adopted came and before
+        it adopts. Returns the requests read, to be done after."""
+        slow: list[tuple[Any, ...]] = []
+        with self._frames_lock:
+            try:
+                while frames := self._read_waiting():
+                    slow += self._do_cheap(frames)
+            except (EOFError, OSError):
+                pass  # the worker is gone: the serving threads see it too
+        return lambda: self._do_busy(slow)
 
     def _do_cheap(self, frames: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """Do the cheap frames, in order, by the reading thread; return the slow ones.
         (The slow ones before a Close are done first: it waits for what runs.)"""
         slow: list[tuple[Any, ...]] = []
+        self._dropped_on_arrival = {k for f in frames if type(f) is Drop for k in f.keys}
         for frame in frames:
             if type(frame) in self._slow:
                 slow.append(frame)
@@ -386,7 +416,7 @@ class ChildRenewer:
         threads stop reading once ``_done`` is set; one may still sit in a read, with
         the lock, when no end of file comes (a forked copy of the worker holds the
         socket): then there is nothing to drain."""
-        if not self._read_lock.acquire(timeout=1.0):
+        if not self._frames_lock.acquire(timeout=1.0):
             return
         try:
             while True:
@@ -398,7 +428,7 @@ class ChildRenewer:
         except (EOFError, OSError):
             pass
         finally:
-            self._read_lock.release()
+            self._frames_lock.release()
 
     def _wait_idle(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -429,7 +459,12 @@ class ChildRenewer:
             lease.owner.abandon(lease, frame.reason)
 
     def _stats(self, frame: AskStats) -> None:
-        self._outbox.reply(Done(frame.request, self._manager.stats()))
+        self._outbox.reply(Done(frame.request, self._counts()))
+
+    def _counts(self) -> Stats:
+        """The manager's figures, with the leases it never held counted registered."""
+        stats = self._manager.stats()
+        return dataclasses.replace(stats, registered=stats.registered + self._uncounted)
 
     def _observe(self, frame: Observe) -> None:
         self._forwarder.events = bool(frame.on)
@@ -443,10 +478,22 @@ class ChildRenewer:
         self._manager.close(release=frame.release, timeout=frame.timeout)
         self._outbox.flush()
         # The final counts ride on the reply: stats() after close() is asked here.
-        self._outbox.reply(Done(frame.request, self._manager.stats()))
+        self._outbox.reply(Done(frame.request, self._counts()))
         self._done.set()
 
     def _add(self, frame: Add) -> None:
+        self._adds(Adds([frame]))
+
+    def _adds(self, frame: Adds) -> None:
+        dropped = self._dropped_on_arrival
+        for entry in frame.entries:  # (key, ..., own): an Add's fields
+            if entry[-1] and entry[0] in dropped:
+                self._uncounted += 1  # the worker deletes it: nothing to hold
+            else:
+                self._start(Add._make(entry))
+
+    def _start(self, frame: Add) -> Lease | None:
+        """Hold or register the lease ``frame`` names; None when it cannot be."""
         message = Message(
             id=frame.message_id,
             body="",  # the renewer never needs the body: it stays in the worker
@@ -459,19 +506,26 @@ class ChildRenewer:
             hard_deadline=frame.hard_deadline,
         )
         if not frame.watch:
-            held = self._held.hold(frame.key, frame.queue, message)
+            held = self._held.hold(frame.key, frame.queue, message, frame.own)
             if held is not None:
                 self._leases[frame.key] = held
                 self._keys[id(held)] = frame.key
-                return
+                return held
         try:
             lease = (self._manager.watch if frame.watch else self._manager.register)(message)
         except LeaseError as exc:
             lost = LostReason.LAPSED.value
             self._outbox.put(Ended(frame.key, LeaseState.LOST.value, lost, str(exc), True))
-            return
+            return None
         self._leases[frame.key] = lease
         self._keys[id(lease)] = frame.key
+        return lease
+
+    def _drop(self, frame: Drop) -> None:
+        """The worker deletes these held leases' messages itself: forget them here."""
+        for key, lease in self._held.drop(frame.keys):
+            self._leases.pop(key, None)
+            self._keys.pop(id(lease), None)
 
     def _forget(self, frame: Forget) -> None:
         """Stop renewing one lease; answered once no extend of it is in flight (it
@@ -489,12 +543,19 @@ class ChildRenewer:
         """The completes read together (several handlers'), done in one call and
         answered in one write (a ``Batch`` of their replies)."""
         keys = [key for frame in frames for key in frame.keys]
-        leases = self._find(keys)
-        # The leases still held (never renewed: each has the receipt it came with)
-        # are deleted as they are; the others the way complete_many goes.
-        held = self._held.take(keys)
+        again = [entry for frame in frames for entry in frame.adds]
+        if again:  # dropped, but the worker could not delete them: held anew
+            with self._frames_lock:
+                for entry in again:
+                    if entry[0] not in self._leases and self._start(Add._make(entry)) is not None:
+                        self._uncounted -= 1
+        # The leases still held (never renewed: each has the receipt it came with,
+        # dropped ones too) are deleted as they are; the others the way complete_many goes.
+        taken = self._held.take(keys)
+        leases = [taken.get(key) or self._leases.get(key) for key in keys]
         outcome: dict[int, BaseException | None] = {}
-        if held:
+        if taken:
+            held = list(taken.values())
             outcome.update(zip(map(id, held), self._renewer.complete_held(held), strict=True))
         known = [lease for lease in leases if lease is not None and id(lease) not in outcome]
         if len(known) == 1 == len(leases):
@@ -558,82 +619,6 @@ def _opened(frames: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 
 def _unknown() -> LeaseError:
     return LeaseError("the renewer holds no such lease (it ended there)")
-
-
-class DeathWatch:
-    """Turns the worker's death into one WorkerGone in the main thread, however it
-    shows (the parent-death signal, or the watchdog seeing ``getppid()`` change).
-
-    It raises at most once, and never after ``settle()``: the main thread settles it
-    as soon as it knows how it ends (closed, or the worker gone by end of file), so a
-    late notice cannot cut short the release that follows. The flag is a plain
-    attribute, not a lock or an Event: the handler runs in the main thread, between
-    any two of its bytecodes, and must not wait for a lock that thread may hold.
-    """
-
-    def __init__(self, parent: int) -> None:
-        self.parent = parent
-        self.settled = False
-        # While the backend is built, a notice is kept, not raised: an exception in
-        # the middle of an SDK's import would leave it half imported.
-        self.deferring = False
-        self.noticed = False
-
-    def start(self) -> None:
-        signal.signal(PARENT_DEATH_SIGNAL, self.on_notice)
-        if sys.platform.startswith("linux"):
-            with contextlib.suppress(OSError, AttributeError):
-                libc = ctypes.CDLL(None, use_errno=True)
-                libc.prctl(_PR_SET_PDEATHSIG, int(PARENT_DEATH_SIGNAL), 0, 0, 0)
-        threading.Thread(
-            target=self._watchdog, name="leasekeeper-renewer-watchdog", daemon=True
-        ).start()
-        if os.getppid() != self.parent:  # it died before we could watch it
-            self.settled = True
-            raise WorkerGone
-
-    def settle(self) -> None:
-        """No WorkerGone from here on."""
-        self.settled = True
-
-    def defer(self) -> None:
-        """Keep a notice from here on instead of raising it (``resume`` tells)."""
-        self.deferring = True
-
-    def resume(self) -> bool:
-        """Raise notices again; True (and settled) when the worker died meanwhile."""
-        self.deferring = False
-        if self.noticed or os.getppid() != self.parent:
-            self.settled = True
-            return True
-        return False
-
-    def on_notice(self, signum: int, frame: object) -> None:
-        # Believed only once the parent really changed (PR_SET_PDEATHSIG fires when
-        # the worker's *thread* that started us exits).
-        if not self.settled and os.getppid() != self.parent:
-            if self.deferring:
-                self.noticed = True
-                return
-            self.settled = True
-            raise WorkerGone
-
-    def _watchdog(self) -> None:
-        # Where the kernel can tell (a pidfd turns readable when its process exits),
-        # wait for that, without waking 1/WATCH_INTERVAL times a second for nothing.
-        with contextlib.suppress(OSError, AttributeError, ValueError):
-            pidfd = os.pidfd_open(self.parent)
-            try:
-                if os.getppid() == self.parent:  # the pidfd is our parent's
-                    exited = select.poll()
-                    exited.register(pidfd, select.POLLIN)
-                    exited.poll()
-            finally:
-                os.close(pidfd)
-        pause = threading.Event()
-        while os.getppid() == self.parent:
-            pause.wait(WATCH_INTERVAL)
-        os.kill(os.getpid(), PARENT_DEATH_SIGNAL)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -25,6 +25,7 @@ class StatsBook:
         self.base = _zero_stats()  # what renewers that died had counted
         self.last = _zero_stats()  # the latest figures of the current one
         self.rolled_over = 0
+        self.completed = 0  # deleted by the worker itself (``renewers._own``)
         self.callback_errors = 0  # on_lost and observers that raised here
         self._lock = threading.Lock()  # guards callback_errors
 
@@ -49,6 +50,7 @@ class StatsBook:
             total,
             in_flight=in_flight,
             rolled_over=total.rolled_over + self.rolled_over,
+            completed=total.completed + self.completed,
             callback_errors=total.callback_errors + self.callback_errors,
         )
 

@@ -10,9 +10,11 @@ is ever held for a renewer that cannot renew it. A renewer started after one die
 is waited for the same way by the next ``register`` (or ``start()``). Then:
 
 - ``register`` keeps the lease here (the handler's ``Lease``) and sends it there;
-  it waits for no reply (the lease's deadline is known here). Frames that several
-  threads send at once go in one write (``renewers._sender``).
-- ``complete``/``release`` ask the renewer, which does the call with the newest
+  it waits for no reply (the lease's deadline is known here). A frame is one
+  write, on the socket when its send returns (``renewers._sender``).
+- ``complete`` of a lease the renewer still holds back (most jobs end before their
+  first renewal) deletes the message here, with no round trip (``renewers._own``).
+- Other completes, and releases, ask the renewer, which does the call with the newest
   receipt, one operation at a time per lease (rule 4), and wait for its answer;
   the requests that arrive together there are done in one call and answered in
   one write.
@@ -44,7 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from leasekeeper.backends.contract import Backend, Message
-from leasekeeper.clock import SYSTEM_CLOCK, Clock, SystemClock
+from leasekeeper.clock import SYSTEM_CLOCK, Clock, SystemClock, now_function
 from leasekeeper.config import LeaseConfig
 from leasekeeper.engine import (
     COMPLETED,
@@ -77,8 +79,8 @@ from leasekeeper.record import LeaseState
 from leasekeeper.renewers._frames import (
     Abandon,
     Add,
+    Adds,
     AskStats,
-    Batch,
     Close,
     Complete,
     Forget,
@@ -90,27 +92,16 @@ from leasekeeper.renewers._frames import (
 )
 from leasekeeper.renewers._link import DIED, LinkMaker, RenewerLink
 from leasekeeper.renewers._notices import Notices
+from leasekeeper.renewers._own import OwnDeletes
 from leasekeeper.renewers._queues import RenewedQueues
+from leasekeeper.renewers._remote_lease import RemoteLease, RemoteWatchLease
 from leasekeeper.renewers._stats import StatsBook
 
 log = logging.getLogger("leasekeeper.renewer")
 
 _live: weakref.WeakSet[ProcessRenewer] = weakref.WeakSet()
 
-
-class RemoteLease(Lease):
-    """A lease whose renewals happen in the renewer process; ``key`` names it there.
-    ``progress_told``: when its handler's progress was last sent there."""
-
-    __slots__ = ("key", "progress_told")
-    key: int
-    progress_told: float
-
-
-class RemoteWatchLease(RemoteLease, WatchLease):
-    """A watch lease (``LeaseManager.watch``) renewed in the renewer process."""
-
-    __slots__ = ()
+__all__ = ["ProcessRenewer", "RemoteLease", "RemoteWatchLease"]
 
 
 class ProcessRenewer:
@@ -155,6 +146,8 @@ class ProcessRenewer:
         # The handlers' progress, to the renewer (only with stall_timeout).
         self._progress = ProgressRelay.of(config, self._send_quietly)
         self._notifier = Notifier(self._book.count_callback_error)
+        # A job that ends while the renewer still holds its lease back: deleted here.
+        self._own = OwnDeletes(config, self._calls, now_function(clock), self._send)
         #: What a handler's failure does (``leasekeeper.failures``); the manager binds its own.
         self.failures = Failures(config, None)
         # A subclass's own complete/release sees every lease of the batch forms.
@@ -181,9 +174,10 @@ class ProcessRenewer:
     # ------------------------------------------------------------------ the child
 
     def _link_gone(self, link: RenewerLink) -> None:
-        """The renewer died: its leases are lost; a new one takes the new leases."""
+        """The renewer died: its leases are lost (not those being deleted here: it no
+        longer had them); a new one takes the new leases."""
         with self._registry_lock:
-            held = list(self._leases.values())
+            held = [lease for lease in self._leases.values() if not lease.deleting]
             if self._link is link:
                 self._link = None
             self._maker.ended(link)
@@ -283,7 +277,7 @@ class ProcessRenewer:
             results = register_each(admitted, messages)
         finally:  # what was admitted is sent, even when a later message raised
             if frames:
-                self._send(frames[0] if len(frames) == 1 else Batch(frames))
+                self._send(frames[0] if len(frames) == 1 else Adds([tuple(f) for f in frames]))
         return results
 
     def _add(self, message: Message, *, watch: bool) -> Lease:
@@ -322,13 +316,18 @@ class ProcessRenewer:
             lease = (RemoteWatchLease if watch else RemoteLease)(self, message, now)
             lease.key = key = next(self._keys)
             lease.progress_told = now
+            lease.own_until = self._own.until(message, now, watch or superseded is not None)
+            lease.deleting = lease.dropped = False
             self._leases[key] = lease
             self._by_message[index, message.id] = lease
         if superseded is not None:
             self._end(superseded, LeaseState.LOST, SUPERSEDED)
-        return lease, _add_frame(key, message, watch, index)
+        return lease, _add_frame(key, message, watch, index, lease.own_until > now)
 
     def complete(self, lease: Lease) -> None:
+        if self._own.complete_one(lease):  # deleted here (the renewer held it back)
+            self._end(lease, LeaseState.COMPLETED, COMPLETED)
+            return
         _raise_any(self._complete_all([lease]))
 
     def release(self, lease: Lease, delay: float | None = None) -> None:
@@ -379,7 +378,14 @@ class ProcessRenewer:
         remotes, results, asked = _checked(leases, lambda lease: completable(lease, now()))
         if not asked:
             return results
-        payload = self._ask(lambda r: Complete(r, [remotes[i].key for i in asked]))
+        done = {id(lease) for lease in self._own.complete([remotes[i] for i in asked])}
+        for i in [i for i in asked if id(remotes[i]) in done]:  # deleted here
+            self._end(remotes[i], LeaseState.COMPLETED, COMPLETED)
+        asked = [i for i in asked if id(remotes[i]) not in done]
+        if not asked:
+            return results
+        again = _adds_again([remotes[i] for i in asked], self._queues)
+        payload = self._ask(lambda r: Complete(r, [remotes[i].key for i in asked], again))
         answers = _per_lease(payload, len(asked), dead=(_DIED_ERROR, None))
         for i, (encoded, extensions) in zip(asked, answers, strict=True):
             lease = remotes[i]
@@ -424,6 +430,7 @@ class ProcessRenewer:
         with self._registry_lock:
             if not mark_ended(lease, state, ending):
                 return
+            self._book.completed += lease.deleting  # deleted here: the renewer counted none
             if self._leases.get(lease.key) is lease:
                 del self._leases[lease.key]
             known = (self._queues.index(lease.message.backend) or 0, lease.id)
@@ -584,8 +591,9 @@ class Notifier:
             tell_lost(lease, self.on_lost, self._count_error)
 
 
-def _add_frame(key: int, message: Message, watch: bool, queue: int) -> Add:
-    """The frame that has the renewer renew ``message``'s lease ``key``."""
+def _add_frame(key: int, message: Message, watch: bool, queue: int, own: bool) -> Add:
+    """The frame that has the renewer renew ``message``'s lease ``key`` (``own``:
+    the worker may delete it itself while it is held: ``renewers._own``)."""
     return Add(
         key,
         message.id,
@@ -597,7 +605,18 @@ def _add_frame(key: int, message: Message, watch: bool, queue: int) -> Add:
         message.receive_count,
         watch,
         queue,
+        own,
     )
+
+
+def _adds_again(leases: list[RemoteLease], queues: RenewedQueues) -> list[tuple[Any, ...]]:
+    """The fields (an ``Add``'s) of the leases among ``leases`` the renewer was told
+    the worker deletes (``renewers._own``): a ``Complete`` brings them back to it."""
+    return [
+        tuple(_add_frame(r.key, r.message, False, queues.index(r.message.backend) or 0, True))
+        for r in leases
+        if r.dropped
+    ]
 
 
 def _checked(

@@ -201,16 +201,17 @@ class ThreadRenewer:
     # held back from the schedule until its first renewal nears costs, when its job
     # ends before then, one share of a batch delete - no registration, no schedule.
 
-    def hold(self, message: Message) -> tuple[Lease, float] | None:
+    def hold(self, message: Message, late: bool = False) -> tuple[Lease, float] | None:
         """A lease on ``message``, made now and counted registered but not scheduled,
         and the clock time by which ``adopt`` must schedule it (a tick before its
         first renewal could fall due); None when it cannot wait (then ``register``
         it). Until then the owner keeps it: ``complete_held`` ends it, ``adopt``
         hands it over (before any other operation on it, or on another lease of its
-        message)."""
+        message). ``late``: held even when that time has passed (its owner must
+        first learn something before it adopts it)."""
         if not isinstance(message, Message):
             raise not_a_message(message)
-        return self._engine.hold(message, self._new_lease)  # type: ignore[return-value]
+        return self._engine.hold(message, self._new_lease, late)  # type: ignore[return-value]
 
     def adopt(self, lease: Lease) -> None:
         """Schedule a lease from ``hold``: renewed from now on, as if registered when
