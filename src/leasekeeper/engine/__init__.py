@@ -5,6 +5,7 @@ the manager use of it. ``engine.stats`` holds ``Stats``, the public snapshot.
 """
 
 from leasekeeper.engine._batch_ops import BatchOps as BatchOps
+from leasekeeper.engine._batch_ops import delete_held as delete_held
 from leasekeeper.engine._batch_ops import one_by_one as one_by_one
 from leasekeeper.engine._batch_ops import overrides as overrides
 from leasekeeper.engine._batch_ops import register_each as register_each

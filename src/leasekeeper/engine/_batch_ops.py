@@ -18,8 +18,8 @@ whose leases overlap cannot deadlock; dispatch threads only ever try, never wait
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from leasekeeper.backends.contract import Backend, Outcome
 from leasekeeper.backends.shared import chunked
@@ -90,6 +90,40 @@ def one_by_one(operation: Callable[[Any], object], leases: Sequence[Any]) -> lis
     return results
 
 
+R = TypeVar("R", bound=LeaseRecord)
+
+
+def by_backend(records: Iterable[R]) -> list[tuple[Backend, list[R]]]:
+    """``records`` grouped by their message's backend (a queue), in the order each
+    backend first appears."""
+    groups: dict[int, tuple[Backend, list[R]]] = {}
+    for record in records:
+        backend = record.message.backend
+        groups.setdefault(id(backend), (backend, []))[1].append(record)
+    return list(groups.values())
+
+
+def delete_held(
+    calls: Calls, records: Sequence[R], now: Callable[[], float]
+) -> tuple[list[R], list[tuple[R, Outcome]]]:
+    """Delete the messages of ``records`` (never renewed: each has the receipt it came
+    with), one batch call per queue and ``max_batch``: those deleted in time ("ok"
+    before their deadline), and the others with their outcome (the lease rules'
+    to apply: ``BatchOps.complete_held``, or the renewer process's)."""
+    deleted: list[R] = []
+    answered: list[tuple[R, Outcome]] = []
+    for backend, group in by_backend(records):
+        for chunk in chunked(group, backend.max_batch):
+            outcomes = calls.call(backend, "delete", [record.handle() for record in chunk], 0.0)
+            at = now()
+            for record, outcome in zip(chunk, outcomes, strict=True):
+                if outcome.kind == "ok" and at < record.visible_until:
+                    deleted.append(record)
+                else:
+                    answered.append((record, outcome))
+    return deleted, answered
+
+
 class BatchOps:
     """complete_many / release_many / release_all over one engine's ``HandlerOps``."""
 
@@ -136,30 +170,11 @@ class BatchOps:
             kept = [record for record in late if self._adopted(record, results)]
             results.update(zip(map(id, kept), self.complete_many(kept), strict=True))
         timely = [record for record in records if start < record.visible_until]
-        groups: dict[int, tuple[Backend, list[LeaseRecord]]] = {}
-        for record in timely:
-            backend = record.message.backend
-            bucket = groups.get(id(backend))
-            if bucket is None:
-                bucket = groups[id(backend)] = (backend, [])
-            bucket[1].append(record)
         # Rule 4 as for any lease: a release or forget of one of them (the worker's
         # shutdown) waits until its delete is answered.
         self._gate.take_all(timely)
         try:
-            deleted: list[LeaseRecord] = []
-            answered: list[tuple[LeaseRecord, Outcome]] = []
-            for backend, group in groups.values():
-                for chunk in chunked(group, backend.max_batch):
-                    outcomes = self._calls.call(
-                        backend, "delete", [record.handle() for record in chunk], 0.0
-                    )
-                    at = now()
-                    for record, outcome in zip(chunk, outcomes, strict=True):
-                        if outcome.kind == "ok" and at < record.visible_until:
-                            deleted.append(record)
-                        else:
-                            answered.append((record, outcome))
+            deleted, answered = delete_held(self._calls, timely, now)
             if deleted:
                 self._ledger.end_held(deleted)
             for record, outcome in answered:
@@ -270,7 +285,7 @@ class BatchOps:
         ``deadline``; each handler sees ``lease.lost`` set. Watch leases are forgotten
         instead: their owner ends their messages."""
         ledger = self._ledger
-        by_backend: dict[int, tuple[Backend, list[LeaseRecord]]] = {}
+        releasing: list[LeaseRecord] = []
         for record in self._records():
             wait = None if deadline is None else max(0.0, deadline - self._clock.now())
             # A handler may be mid-delete: wait for it rather than race it.
@@ -286,12 +301,11 @@ class BatchOps:
                 if ending is not None:  # a release would prove nothing (rule 5)
                     ledger.end(record, LeaseState.LOST, ending)
                 else:
-                    backend = record.message.backend
-                    by_backend.setdefault(id(backend), (backend, []))[1].append(record)
+                    releasing.append(record)
                     continue
             self._gate.give(record)
         chunks: list[tuple[Backend, Sequence[LeaseRecord]]] = []
-        for backend, group in by_backend.values():
+        for backend, group in by_backend(releasing):
             chunks += [(backend, chunk) for chunk in chunked(group, backend.max_batch)]
         ran = self._run_all(
             [(self._release_chunk, (backend, chunk)) for backend, chunk in chunks], deadline

@@ -21,25 +21,18 @@ the dropped ones a while for that).
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard
 
-from leasekeeper.backends.contract import Backend, Message
+from leasekeeper.backends.contract import Message
 from leasekeeper.config import LeaseConfig
-from leasekeeper.engine import Calls, owner_hold_until
+from leasekeeper.engine import Calls, delete_held, owner_hold_until
 from leasekeeper.errors import LeaseLost
 from leasekeeper.lease import Lease
 from leasekeeper.record import LeaseState
 from leasekeeper.renewers._frames import Drop
 from leasekeeper.renewers._remote_lease import RemoteLease
-
-log = logging.getLogger("leasekeeper.renewer")
-
-
-def _chunks(leases: list[RemoteLease], size: int) -> list[list[RemoteLease]]:
-    return [leases[i : i + size] for i in range(0, len(leases), max(1, size))]
 
 
 class OwnDeletes:
@@ -85,13 +78,11 @@ class OwnDeletes:
             return False  # the renewer may have adopted it: it decides
         lease.deleting = True
         lease.own_until = -math.inf
-        try:
-            (outcome,) = self._calls.call(lease.message.backend, "delete", [lease.handle()], 0.0)
-        except Exception:  # not the service's answer: the renewer decides
-            log.exception("deleting a message failed")
-        else:
-            if outcome.kind == "ok" and now() < lease.visible_until:
-                return True
+        # (A call that raised comes back as "retry" outcomes: ``engine.delete_held``'s
+        # call, for one lease, without its lists.)
+        (outcome,) = self._calls.call(lease.message.backend, "delete", [lease.handle()], 0.0)
+        if outcome.kind == "ok" and now() < lease.visible_until:
+            return True
         lease.deleting = False
         return False
 
@@ -125,34 +116,11 @@ class OwnDeletes:
         return mine
 
     def delete(self, leases: list[RemoteLease]) -> tuple[list[RemoteLease], list[RemoteLease]]:
-        """Delete the claimed ``leases``' messages: one batch call per queue (chunks
-        of its ``max_batch``). Returns those deleted in time, and the others (the
-        renewer's to complete: it applies the lease rules)."""
-        groups: dict[int, tuple[Backend, list[RemoteLease]]] = {}
-        for lease in leases:
-            backend = lease.message.backend
-            group = groups.get(id(backend))
-            if group is None:
-                group = groups[id(backend)] = (backend, [])
-            group[1].append(lease)
-        deleted: list[RemoteLease] = []
-        others: list[RemoteLease] = []
-        for backend, members in groups.values():
-            for chunk in _chunks(members, backend.max_batch):
-                try:
-                    outcomes = self._calls.call(
-                        backend, "delete", [lease.handle() for lease in chunk], 0.0
-                    )
-                except Exception:  # not the service's answer: the renewer decides
-                    log.exception("deleting %d message(s) failed", len(chunk))
-                    others += chunk
-                    continue
-                at = self._now()
-                for lease, outcome in zip(chunk, outcomes, strict=True):
-                    if outcome.kind == "ok" and at < lease.visible_until:
-                        deleted.append(lease)
-                    else:
-                        others.append(lease)
+        """Delete the claimed ``leases``' messages (``engine.delete_held``: one batch
+        call per queue and ``max_batch``). Returns those deleted in time, and the
+        others (the renewer's to complete: it applies the lease rules)."""
+        deleted, answered = delete_held(self._calls, leases, self._now)
+        others = [lease for lease, _ in answered]
         for lease in others:
             lease.deleting = False
         return deleted, others
