@@ -48,11 +48,11 @@ class FrameCount:
         self.entries = 0
         send = RenewerLink.send
 
-        def counting(link: RenewerLink, frame: tuple[Any, ...]) -> None:
+        def counting(link: RenewerLink, frame: tuple[Any, ...], *, urgent: bool = True) -> None:
             if frame[0] == "progress":
                 self.frames += 1
                 self.entries += len(frame[1])
-            send(link, frame)
+            send(link, frame, urgent=urgent)
 
         monkeypatch.setattr(RenewerLink, "send", counting)
 

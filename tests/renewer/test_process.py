@@ -100,6 +100,39 @@ def test_renewals_go_on_while_the_handler_holds_the_gil(moto_endpoint: str, queu
         manager.close()
 
 
+def test_leases_registered_without_a_ring_are_renewed_while_the_handler_holds_the_gil(
+    moto_endpoint: str, queue_url: str
+) -> None:
+    """Held back 2.5 s (a 4 s timeout, threshold 1 s, tick 0.5 s), a receive's
+    registers ring no bell (``renewers._bell``): the renewer reads them a while
+    later on its own, with no word more from a worker stuck in C code, and renews."""
+    fill(moto_endpoint, queue_url, 5)
+    backend = SQSBackend(make_client(moto_endpoint), queue_url)
+    manager = LeaseManager(
+        backend,
+        renewer="process",
+        visibility_timeout=4,
+        extend_threshold=1.0,
+        timer_interval=0.5,
+        minimal_life=0.5,
+    )
+    try:
+        manager.start()
+        leases: list[Any] = []
+        while len(leases) < 5:
+            got = backend.receive(max_messages=5, wait_seconds=1, visibility_timeout=4)
+            leases += manager.register_many(got)
+        hold_the_gil(6.0)  # 1.5 timeouts with no thread of this process running
+        assert drain_ids(moto_endpoint, queue_url, 1, timeout=1.5) == set()
+        results = manager.complete_many(leases)
+        assert results == [None] * 5
+        assert all(lease.extensions >= 1 for lease in leases)
+        stats = manager.stats()
+        assert (stats.registered, stats.completed, stats.lost, stats.lapses) == (5, 5, 0, 0)
+    finally:
+        manager.close()
+
+
 def test_the_manager_returns_once_its_renewer_renews_and_loses_nothing_it_registers(
     moto_endpoint: str, queue_url: str
 ) -> None:

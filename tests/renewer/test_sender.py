@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from multiprocessing.connection import Connection
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from leasekeeper.renewers._bell import QUIET_FRAMES
 from leasekeeper.renewers._frames import READ_SIZE, Batch, FrameReader, recv_frame, send_frame
 from leasekeeper.renewers._sender import FrameSender
 
@@ -16,6 +18,22 @@ from leasekeeper.renewers._sender import FrameSender
 def pair() -> tuple[Connection, Connection]:
     ours, theirs = socket.socketpair()
     return Connection(ours.detach()), Connection(theirs.detach())
+
+
+def bell() -> tuple[int, int]:
+    """A bell's pipe as the link makes it: (the renewer's end, the worker's)."""
+    theirs, ours = os.pipe()
+    os.set_blocking(ours, False)
+    os.set_blocking(theirs, False)
+    return theirs, ours
+
+
+def rings(bell_end: int) -> int:
+    """How many times the bell rang since last asked."""
+    try:
+        return len(os.read(bell_end, 4096))
+    except BlockingIOError:
+        return 0
 
 
 def read_all(conn: Connection, frames: int) -> tuple[list[Any], int]:
@@ -31,7 +49,7 @@ def read_all(conn: Connection, frames: int) -> tuple[list[Any], int]:
 
 def test_a_frame_is_on_the_socket_when_send_returns() -> None:
     ours, theirs = pair()
-    sender = FrameSender(ours, threading.Lock())
+    sender = FrameSender(ours, threading.Lock(), bell()[1])
     sender.send(("add", 1))
     assert theirs.poll(0)  # on the socket when send returns: nothing left for later
     sender.send(("complete", 1))
@@ -41,7 +59,7 @@ def test_a_frame_is_on_the_socket_when_send_returns() -> None:
 
 def test_the_frames_of_eight_threads_all_arrive_each_thread_s_in_order() -> None:
     ours, theirs = pair()
-    sender = FrameSender(ours, threading.Lock())
+    sender = FrameSender(ours, threading.Lock(), bell()[1])
     per_thread = 300
     received: list[Any] = []
     reader = threading.Thread(
@@ -66,9 +84,24 @@ def test_the_frames_of_eight_threads_all_arrive_each_thread_s_in_order() -> None
         assert mine == [(n, kind) for n in range(per_thread) for kind in ("add", "complete")]
 
 
+def test_a_request_rings_the_bell_and_quiet_frames_ring_it_only_when_they_pile_up() -> None:
+    ours, theirs = pair()
+    heard, rung = bell()
+    sender = FrameSender(ours, threading.Lock(), rung)
+    sender.send(("complete", 1))  # urgent: a thread waits for its reply
+    assert rings(heard) == 1
+    for n in range(QUIET_FRAMES):
+        sender.send(("drop", n), urgent=False)
+    assert rings(heard) == 0  # on the socket (read later, together), no wake-up
+    sender.send(("drop", "one more"), urgent=False)
+    assert rings(heard) == 1  # the socket's buffer must not fill: read them now
+    got, _ = read_all(theirs, QUIET_FRAMES + 2)
+    assert got[0] == ("complete", 1) and got[-1] == ("drop", "one more")
+
+
 def test_a_gone_renewer_is_an_os_error_for_the_sender() -> None:
     ours, theirs = pair()
-    sender = FrameSender(ours, threading.Lock())
+    sender = FrameSender(ours, threading.Lock(), bell()[1])
     theirs.close()
     ours.close()
     with pytest.raises(OSError):

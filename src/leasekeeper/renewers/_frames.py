@@ -258,8 +258,6 @@ class FrameReader:
         # (above malloc's mmap threshold: an mmap, a page fault and a munmap each).
         self._chunk = bytearray(READ_SIZE)
         self._chunk_view = memoryview(self._chunk)
-        self._readable = select.poll()  # for ``wait`` (no FD_SETSIZE limit)
-        self._readable.register(self._fd, select.POLLIN)
 
     def read(self) -> list[Any]:
         """The frames that have arrived, at least one (waits for it); EOFError when
@@ -269,11 +267,6 @@ class FrameReader:
             if frames:
                 return frames
             self._fill()
-
-    def wait(self) -> None:
-        """Wait until the socket has something to read (or is at its end), reading
-        nothing: another thread may read meanwhile (``read_waiting``)."""
-        self._readable.poll()
 
     def read_waiting(self) -> list[Any]:
         """The frames that have arrived, without waiting (none: an empty list)."""

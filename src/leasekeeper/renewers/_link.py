@@ -85,8 +85,8 @@ class RenewerLink:
             Serving: self._serving,
             Failed: self._failed,
         }
-        self.proc, self._conn = _start(payload, precheck)
-        self._sender = FrameSender(self._conn, threading.Lock())
+        self.proc, self._conn, self._bell = _start(payload, precheck)
+        self._sender = FrameSender(self._conn, threading.Lock(), self._bell)
         self._replies = Replies(
             self._conn.fileno(), FrameReader(self._conn), self._apply, dead=DIED
         )
@@ -120,10 +120,11 @@ class RenewerLink:
         if self._died:
             raise ConfigError("the renewer process could not start: it died while starting")
 
-    def send(self, frame: tuple[Any, ...]) -> None:
-        """Send ``frame`` (``FrameSender``); LeaseLost when the renewer is gone."""
+    def send(self, frame: tuple[Any, ...], *, urgent: bool = True) -> None:
+        """Send ``frame`` (``FrameSender``; ``urgent``: ring the renewer's bell, as
+        every request does); LeaseLost when the renewer is gone."""
         try:
-            self._sender.send(frame)
+            self._sender.send(frame, urgent=urgent)
         except OSError:
             raise LeaseLost("-", DIED) from None
 
@@ -166,6 +167,8 @@ class RenewerLink:
         self.closing = True
         with contextlib.suppress(OSError):
             os.close(self._conn.fileno())
+        with contextlib.suppress(OSError):
+            os.close(self._bell)
         self._replies.close()  # (this process's copy: the parent's set is its own)
 
     def _read(self) -> None:
@@ -204,12 +207,16 @@ class RenewerLink:
         log.error("the renewer process could not build its backend: %s", self.failure)
         self._settled.set()
 
+    def _close_socket(self) -> None:
+        self._conn.close()
+        os.close(self._bell)
+
     def _gone(self) -> None:
         if not self._settled.is_set():
             self._died = True
         self._settled.set()
         self._replies.end()  # (answered already when a waiting thread read the end)
-        self._sender.close(self._conn.close)  # once no write is under way
+        self._sender.close(self._close_socket)  # once no write is under way
         self._replies.close()
         self.proc.wait()
         if self.closing:
@@ -260,17 +267,25 @@ class LinkMaker:
 
 def _start(
     payload: bytes, precheck: Callable[[], str | None] | None
-) -> tuple[subprocess.Popen[bytes], Channel]:
+) -> tuple[subprocess.Popen[bytes], Channel, int]:
+    """The renewer process, the socket to it, and the write end of its bell's pipe."""
     ours, theirs = socket.socketpair()
+    bell_theirs, bell = os.pipe()
+    os.set_blocking(bell, False)  # a ring never waits: a full pipe has rung already
     try:
+        fds = [theirs.fileno(), bell_theirs]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "leasekeeper.renewers._main", str(theirs.fileno())],
-            pass_fds=[theirs.fileno()],
+            [sys.executable, "-m", "leasekeeper.renewers._main", *map(str, fds)],
+            pass_fds=fds,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # the terminal's signals are not its business
         )
+    except BaseException:
+        os.close(bell)
+        raise
     finally:
         theirs.close()
+        os.close(bell_theirs)
     conn = Channel(ours.detach())
     answer: Any = Failed("no answer")
     try:
@@ -289,8 +304,9 @@ def _start(
             raise ConfigError(f"the renewer process could not start: {reason}")
     except BaseException:
         conn.close()
+        os.close(bell)
         proc.kill()
         proc.wait()
         raise
     log.info("renewer process %d started", answer.pid)
-    return proc, conn
+    return proc, conn, bell

@@ -1,13 +1,13 @@
-"""The renewer process: ``python -m leasekeeper.renewers._main FD``.
+"""The renewer process: ``python -m leasekeeper.renewers._main FD BELL``.
 
 Started by ``renewers.process.ProcessRenewer`` with one end of a socket pair as file
-descriptor FD. It says it has started, then builds its own backend from the
-worker's ``backend.spec()`` (importing the service's SDK is most of its start-up;
-the worker's constructor waits for it), runs an
-ordinary thread-mode ``LeaseManager`` on it, says it serves (or why it could not
-build), and does what the worker asks (``_frames`` lists the frames): lease,
-complete, release, report. Because it is a
-process of its own, a worker holding the GIL in a C call does not stop its
+descriptor FD, and the read end of the pipe the worker rings it by as BELL. It
+says it has started, then builds its own backend from the worker's
+``backend.spec()`` (importing the service's SDK is most of its start-up; the
+worker's constructor waits for it), runs an ordinary thread-mode
+``LeaseManager`` on it, says it serves (or why it could not build), and does what
+the worker asks (``_frames`` lists the frames): lease, complete, release, report.
+Because it is a process of its own, a worker holding the GIL in a C call does not stop its
 renewals, and a worker that dies is noticed at once.
 
 The worker's death is noticed three ways, whichever comes first: end of file on the
@@ -25,7 +25,9 @@ keep renewing while a worker's graceful shutdown lets its handlers finish.
 
 Requests are read and done by a pool of serving threads, leader/follower: the
 thread that reads a request does it, so the worker's round trip crosses no extra
-thread here. It reads every frame already waiting at once (the worker writes
+thread here. The leader reads when the worker rings (a request, or what must be
+held soon), else a while after frames came, with those that came meanwhile
+(``_bell``). It reads every frame already waiting at once (the worker writes
 several in one ``Batch``): the completes among them are done in one call and
 answered in one write. Notices go out through their own sender thread, so a worker that is
 not reading (stuck in C code) never stalls the renewals here.
@@ -55,6 +57,7 @@ from leasekeeper.manager import LeaseManager
 from leasekeeper.observers import CallEvent, Observer
 from leasekeeper.reasons import LostReason
 from leasekeeper.record import LeaseRecord, LeaseState
+from leasekeeper.renewers._bell import Doorbell
 from leasekeeper.renewers._channel import Channel
 from leasekeeper.renewers._death import DeathWatch, WorkerGone
 from leasekeeper.renewers._frames import (
@@ -233,11 +236,13 @@ class ChildRenewer:
     def __init__(
         self,
         conn: Channel,
+        doorbell: Doorbell,
         manager: LeaseManager,
         outbox: Outbox,
         more_queues: Sequence[Backend] = (),
     ) -> None:
         self._conn = conn
+        self._doorbell = doorbell
         self._reader = FrameReader(conn)
         self._manager = manager
         self._outbox = outbox
@@ -341,7 +346,7 @@ class ChildRenewer:
                     if self._done.is_set():
                         return
                     try:
-                        self._reader.wait()
+                        self._doorbell.wait()
                         with self._frames_lock:
                             slow = self._do_cheap(self._read_waiting())
                     except (EOFError, OSError):
@@ -625,6 +630,7 @@ def main(argv: Sequence[str]) -> int:
     for ignored in (signal.SIGINT, signal.SIGTERM):
         signal.signal(ignored, signal.SIG_IGN)
     conn = Channel(int(argv[1]))
+    doorbell = Doorbell(conn.fileno(), int(argv[2]))
     hello: Hello = recv_frame(conn)
     sys.path[:0] = [entry for entry in hello.path if entry not in sys.path]
     watch = DeathWatch(hello.parent)
@@ -653,7 +659,7 @@ def main(argv: Sequence[str]) -> int:
                 send_frame(conn, Failed(f"{type(exc).__name__}: {exc}"))
             return 1
         outbox = Outbox(conn)
-        renewer = ChildRenewer(conn, manager, outbox, more_queues)
+        renewer = ChildRenewer(conn, doorbell, manager, outbox, more_queues)
         if watch.resume():
             renewer.serve(watch, gone=True)
         else:

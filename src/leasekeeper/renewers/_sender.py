@@ -18,6 +18,9 @@ threads registering and completing, its condition waits and wake-ups cost the
 worker four times the CPU of a write each, and saved the renewer nothing - it reads
 every frame that has arrived in one read either way (``_frames.FrameReader``).
 
+After a frame that cannot wait, it rings the renewer's bell (``_bell``); the
+others wait there to be read together, a while at most.
+
 When the write fails (the renewer is gone) ``send`` raises OSError: the renewer's
 death is noticed by the link's reader, which answers every pending request and
 reports the leases it held lost.
@@ -29,26 +32,36 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from leasekeeper.renewers._bell import QUIET_FRAMES, ring
 from leasekeeper.renewers._channel import Channel
 from leasekeeper.renewers._frames import encode_frame, write_all
 
 
 class FrameSender:
-    """One frame, one write, under ``lock`` (see the module docstring)."""
+    """One frame, one write, under ``lock`` (see the module docstring); ``bell``: the
+    write end of the renewer's bell pipe."""
 
-    def __init__(self, conn: Channel, lock: threading.Lock) -> None:
+    def __init__(self, conn: Channel, lock: threading.Lock, bell: int) -> None:
         self._fd = conn.fileno()
-        self._lock = lock  # guards the socket's writes and _closed
+        self._bell = bell
+        self._lock = lock  # guards the socket's writes, _unrung and _closed
+        self._unrung = 0  # frames written since the last ring
         self._closed = False  # no more writes: the socket is closed
 
-    def send(self, frame: tuple[Any, ...]) -> None:
-        """Write ``frame``; return once it is on the socket. OSError when the socket
-        is gone."""
+    def send(self, frame: tuple[Any, ...], *, urgent: bool = True) -> None:
+        """Write ``frame``; return once it is on the socket, and the renewer's bell
+        rung if it is ``urgent`` (or the quiet ones piled up: ``_bell``). OSError
+        when the socket is gone."""
         data = encode_frame(frame)
         with self._lock:
             if self._closed:
                 raise OSError("the renewer's socket is closed")
             write_all(self._fd, data)
+            if urgent or self._unrung >= QUIET_FRAMES:
+                ring(self._bell)
+                self._unrung = 0
+            else:
+                self._unrung += 1
 
     def close(self, closer: Callable[[], None]) -> None:
         """Write no more; ``closer`` (which closes the socket) runs once no write is

@@ -34,6 +34,7 @@ The worker's own death is the renewer's to notice (see ``renewers._main``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import math
@@ -76,6 +77,7 @@ from leasekeeper.lease import Lease, OnLost, WatchLease
 from leasekeeper.observers import Observer
 from leasekeeper.reasons import Ending, LostReason
 from leasekeeper.record import LeaseState
+from leasekeeper.renewers._bell import rings_for
 from leasekeeper.renewers._frames import (
     Abandon,
     Add,
@@ -146,8 +148,9 @@ class ProcessRenewer:
         # The handlers' progress, to the renewer (only with stall_timeout).
         self._progress = ProgressRelay.of(config, self._send_quietly)
         self._notifier = Notifier(self._book.count_callback_error)
-        # A job that ends while the renewer still holds its lease back: deleted here.
-        self._own = OwnDeletes(config, self._calls, now_function(clock), self._send)
+        # Jobs done while the renewer holds their leases back: deleted here (no bell rung).
+        drops = functools.partial(self._send, urgent=False)
+        self._own = OwnDeletes(config, self._calls, now_function(clock), drops)
         #: What a handler's failure does (``leasekeeper.failures``); the manager binds its own.
         self.failures = Failures(config, None)
         # A subclass's own complete/release sees every lease of the batch forms.
@@ -192,11 +195,11 @@ class ProcessRenewer:
             except ConfigError as exc:
                 log.error("%s; the next register tries again", exc)
 
-    def _send(self, frame: tuple[Any, ...]) -> None:
+    def _send(self, frame: tuple[Any, ...], urgent: bool = True) -> None:
         link = self._link
         if link is None:
             raise LeaseLost("-", DIED)
-        link.send(frame)
+        link.send(frame, urgent=urgent)
 
     def _ask(self, make: Callable[[int], tuple[Any, ...]]) -> Any:
         link = self._link
@@ -265,11 +268,13 @@ class ProcessRenewer:
         their frames in one write, on the socket before this returns (as each's is)."""
         if self._registers_one_by_one:
             return register_each(self.register, messages)
-        frames: list[tuple[Any, ...]] = []
+        leases: list[RemoteLease] = []
+        frames: list[Add] = []
 
         def admitted(message: Message) -> Lease:
             lease, frame = self._admit(message, watch=False)
             if frame is not None:
+                leases.append(lease)
                 frames.append(frame)
             return lease
 
@@ -277,16 +282,16 @@ class ProcessRenewer:
             results = register_each(admitted, messages)
         finally:  # what was admitted is sent, even when a later message raised
             if frames:
-                self._send(frames[0] if len(frames) == 1 else Adds([tuple(f) for f in frames]))
+                self._send(*_adds(leases, frames, self._clock.now()))
         return results
 
     def _add(self, message: Message, *, watch: bool) -> Lease:
         lease, frame = self._admit(message, watch=watch)
         if frame is not None:
-            self._send(frame)
+            self._send(*_adds([lease], [frame], self._clock.now()))
         return lease
 
-    def _admit(self, message: Message, *, watch: bool) -> tuple[Lease, Add | None]:
+    def _admit(self, message: Message, *, watch: bool) -> tuple[RemoteLease, Add | None]:
         """The lease of ``message``: a new one and the frame that has the renewer
         renew it, or the one it has already (no frame)."""
         if not isinstance(message, Message):
@@ -607,6 +612,15 @@ def _add_frame(key: int, message: Message, watch: bool, queue: int, own: bool) -
         queue,
         own,
     )
+
+
+def _adds(
+    leases: Sequence[RemoteLease], frames: Sequence[Add], now: float
+) -> tuple[tuple[Any, ...], bool]:
+    """The frame of a receive's registers, and whether it rings the renewer's bell:
+    only if one of its leases must be held there soon (``renewers._bell``)."""
+    frame = frames[0] if len(frames) == 1 else Adds([tuple(f) for f in frames])
+    return frame, any(rings_for(lease.own_until, now) for lease in leases)
 
 
 def _adds_again(leases: list[RemoteLease], queues: RenewedQueues) -> list[tuple[Any, ...]]:
