@@ -74,6 +74,28 @@ def alive(pid: int) -> bool:
         return False
 
 
+def held_back_manager(backend: SQSBackend) -> LeaseManager:
+    """A process renewer whose leases are held back 2.5 s: until 1.5 s before their
+    4 s deadline (threshold 1 s, tick 0.5 s). Returns once its renewer serves."""
+    return LeaseManager(
+        backend,
+        renewer="process",
+        visibility_timeout=4,
+        extend_threshold=1.0,
+        timer_interval=0.5,
+        minimal_life=0.5,
+    )
+
+
+def receive_registered(backend: SQSBackend, manager: LeaseManager, count: int) -> list[Any]:
+    """``count`` messages received (4 s timeout) and registered a receive at a time."""
+    leases: list[Any] = []
+    while len(leases) < count:
+        got = backend.receive(max_messages=count, wait_seconds=1, visibility_timeout=4)
+        leases += manager.register_many(got)
+    return leases
+
+
 def test_renewals_go_on_while_the_handler_holds_the_gil(moto_endpoint: str, queue_url: str) -> None:
     fill(moto_endpoint, queue_url, 5)
     backend = SQSBackend(make_client(moto_endpoint), queue_url)
@@ -108,20 +130,9 @@ def test_leases_registered_without_a_ring_are_renewed_while_the_handler_holds_th
     later on its own, with no word more from a worker stuck in C code, and renews."""
     fill(moto_endpoint, queue_url, 5)
     backend = SQSBackend(make_client(moto_endpoint), queue_url)
-    manager = LeaseManager(
-        backend,
-        renewer="process",
-        visibility_timeout=4,
-        extend_threshold=1.0,
-        timer_interval=0.5,
-        minimal_life=0.5,
-    )
+    manager = held_back_manager(backend)
     try:
-        manager.start()
-        leases: list[Any] = []
-        while len(leases) < 5:
-            got = backend.receive(max_messages=5, wait_seconds=1, visibility_timeout=4)
-            leases += manager.register_many(got)
+        leases = receive_registered(backend, manager, 5)
         hold_the_gil(6.0)  # 1.5 timeouts with no thread of this process running
         assert drain_ids(moto_endpoint, queue_url, 1, timeout=1.5) == set()
         results = manager.complete_many(leases)
@@ -588,21 +599,9 @@ def test_a_lease_that_outlives_its_hold_is_renewed_and_counted_once(
 ) -> None:
     fill(moto_endpoint, queue_url, 2)
     backend = SQSBackend(make_client(moto_endpoint), queue_url)
-    # Held until 1.5 s before its deadline (threshold 1 s, tick 0.5 s) of 4 s.
-    manager = LeaseManager(
-        backend,
-        renewer="process",
-        visibility_timeout=4,
-        extend_threshold=1.0,
-        timer_interval=0.5,
-        minimal_life=0.5,
-    )
+    manager = held_back_manager(backend)
     try:
-        leases: list[Any] = []
-        while len(leases) < 2:
-            got = backend.receive(max_messages=2, wait_seconds=1, visibility_timeout=4)
-            leases += manager.register_many(got)
-        quick, slow = leases
+        quick, slow = receive_registered(backend, manager, 2)
         quick.complete()  # before its first renewal
         deadline = time.monotonic() + 15
         while slow.extensions < 2 and time.monotonic() < deadline:
