@@ -3,9 +3,10 @@
 Each frame is a small ``NamedTuple`` of its own, defined here and nowhere else: a
 new frame is added in this file (and a handler in each side's dispatch table), and
 a frame built without a field is a type error, not an ``IndexError`` at the other
-end. Frames cross as length-prefixed pickles (``send_frame``/``recv_frame`` over a
-a ``renewers._channel.Channel``); a ``Batch`` carries several in one write,
-and a ``FrameReader`` takes every frame that has arrived in one read.
+end. Frames cross as length-prefixed pickles of (type number, fields)
+(``to_wire``; ``send_frame``/``recv_frame`` over a ``renewers._channel.Channel``);
+a ``Batch`` carries several in one write, and a ``FrameReader`` takes every frame
+that has arrived in one read.
 
 worker -> renewer: ``Hello`` (first, before anything else), ``Add``, ``Adds`` and
 ``Drop`` (no reply),
@@ -208,15 +209,71 @@ class Batch(NamedTuple):
 # ---------------------------------------------------------------------- the socket
 
 
+# On the wire a frame is (its type's number, its fields as a plain tuple): a
+# NamedTuple pickles by reference to its class (a lookup of the module and the
+# name when pickled, an import lookup and a Python-level ``__new__`` when read),
+# several times the cost of the plain tuple it is. Measured for a register's
+# ``Adds`` of one: 4.7 us to pickle as a NamedTuple, 1.0 us as (number, fields).
+# Both ends run the same code (the renewer imports from the worker's path), so
+# the numbers are the position in this list; a new frame is appended to it.
+_WIRE_TYPES: tuple[type[tuple[Any, ...]], ...] = (
+    Hello,
+    Add,
+    Adds,
+    Drop,
+    Complete,
+    Release,
+    Forget,
+    Abandon,
+    Progress,
+    AskStats,
+    Observe,
+    Close,
+    Started,
+    Serving,
+    Failed,
+    Done,
+    Extended,
+    Rolling,
+    Ended,
+    Event,
+    Batch,
+)
+_WIRE_NUMBER = {kind: number for number, kind in enumerate(_WIRE_TYPES)}
+_BATCH = _WIRE_NUMBER[Batch]
+_WHOLE = -1  # anything else is pickled whole
+
+
+def to_wire(frame: tuple[Any, ...]) -> tuple[int, Any]:
+    """``frame`` as it crosses: (its type's number, its fields), or ``_WHOLE`` and
+    the object itself for what is no frame of this module."""
+    number = _WIRE_NUMBER.get(type(frame), _WHOLE)
+    if number == _BATCH:
+        return number, [to_wire(each) for each in frame[0]]
+    return (number, tuple(frame)) if number != _WHOLE else (number, frame)
+
+
+def from_wire(wire: tuple[int, Any]) -> Any:
+    """The frame ``to_wire`` gave ``wire`` for."""
+    number, fields = wire
+    if number == _WHOLE:
+        return fields
+    if number == _BATCH:
+        return Batch([from_wire(each) for each in fields])
+    # tuple.__new__ builds the NamedTuple from its fields without its Python-level
+    # __new__ (the fields are a whole frame's: to_wire took them from one).
+    return tuple.__new__(_WIRE_TYPES[number], fields)
+
+
 def send_frame(conn: Channel, frame: tuple[Any, ...]) -> None:
     """Send one frame. (``Connection.send`` pickles through multiprocessing's
     ForkingPickler, a new Pickler per call: several times the cost, per frame.)"""
-    conn.send_bytes(pickle.dumps(frame, _PROTOCOL))
+    conn.send_bytes(pickle.dumps(to_wire(frame), _PROTOCOL))
 
 
 def recv_frame(conn: Channel) -> Any:
     """Receive one frame (EOFError when the other end is gone)."""
-    return pickle.loads(conn.recv_bytes())
+    return from_wire(pickle.loads(conn.recv_bytes()))
 
 
 _SHORT = struct.Struct("!i")  # multiprocessing.connection's length prefix
@@ -227,7 +284,7 @@ READ_SIZE = 1 << 18  # bytes asked of the socket per read
 def encode_frame(frame: tuple[Any, ...]) -> bytes:
     """``frame`` as ``send_frame`` writes it: its length, then its pickle. Frames encoded
     are read as ``send_frame``'s are (``renewers._sender`` writes them)."""
-    data = pickle.dumps(frame, _PROTOCOL)
+    data = pickle.dumps(to_wire(frame), _PROTOCOL)
     size = len(data)
     if size > 0x7FFFFFFF:
         return _SHORT.pack(-1) + _LONG.pack(size) + data
@@ -298,7 +355,7 @@ class FrameReader:
                     start += 8
                 if end - start < size:
                     break
-                frames.append(pickle.loads(view[start : start + size]))
+                frames.append(from_wire(pickle.loads(view[start : start + size])))
                 at = start + size
         if at:
             del buffer[:at]
