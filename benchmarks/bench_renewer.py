@@ -450,8 +450,9 @@ def _cost_rows(
             met=slower is not None and slower <= TARGET_PAIRS_RATIO,
             note=(
                 "a complete is a frame and the worker's own delete while the renewer holds "
-                "the lease back; the thread renewer's rate here moves 5-10x between runs "
-                "(GIL hand-offs among 8 threads)"
+                "the lease back; the thread renewer's rate here moves 5-10x between runs: "
+                "lock convoys among 8 threads on 2 cores, which it escapes in some runs "
+                "(measure 14, fifth pass)"
             ),
         )
     )
