@@ -3,7 +3,8 @@
 ``RenewerLink`` starts ``python -m leasekeeper.renewers._main`` with one end of a
 socket pair - a plain subprocess, not multiprocessing: spawn would re-run an
 unguarded ``__main__`` of the user's script and fork would copy a threaded
-process and its descriptors - sends it sys.path, this pid and the pickled
+process and its descriptors - with this process's sys.path as its
+``PYTHONPATH`` (``renewer_environment``), sends it sys.path, this pid and the pickled
 (spec, config), and waits for it to say it has started. Meanwhile this process
 runs its own check (``precheck``: credentials the renewer would lack, found without
 a request), so what would fail every renewal fails here, at once.
@@ -265,6 +266,19 @@ class LinkMaker:
         return None
 
 
+def renewer_environment() -> dict[str, str]:
+    """The renewer process's environment: this one, with this process's sys.path in
+    front of its own (``PYTHONPATH``), so that it imports leasekeeper - and all it
+    imports after - from where this process did. Without it a leasekeeper this
+    process found on a path added in code (a vendored copy, a script's
+    ``sys.path.insert``) was not found there at all, and the renewer process could
+    not start where the thread renewer works; and an installed copy of another
+    version would have been the one imported. (An entry holding the path separator
+    cannot be passed this way; it is left out.)"""
+    path = [entry for entry in sys.path if isinstance(entry, str) and os.pathsep not in entry]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+
+
 def _start(
     payload: bytes, precheck: Callable[[], str | None] | None
 ) -> tuple[subprocess.Popen[bytes], Channel, int]:
@@ -278,6 +292,7 @@ def _start(
             [sys.executable, "-m", "leasekeeper.renewers._main", *map(str, fds)],
             pass_fds=fds,
             stdin=subprocess.DEVNULL,
+            env=renewer_environment(),
             start_new_session=True,  # the terminal's signals are not its business
         )
     except BaseException:
