@@ -37,20 +37,26 @@ manager.close()
 """
 
 
-def _interpreter_without_leasekeeper(cwd: Path) -> str:
-    """This Python's base interpreter (outside the virtualenv): it has no leasekeeper
-    of its own - which is what makes the worker's copy one found only in code."""
-    base = str(getattr(sys, "_base_executable", sys.executable))
+def _run_bare(python: str, code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in ``cwd``, with no ``PYTHONPATH``: it finds only what a
+    fresh interpreter finds, and what ``code`` puts on sys.path itself."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    found = subprocess.run(
-        [base, "-c", "import leasekeeper"],
+    return subprocess.run(
+        [python, "-c", code],
         check=False,
         cwd=cwd,
         env=env,
         capture_output=True,
-        timeout=60,
+        text=True,
+        timeout=120,
     )
-    if found.returncode == 0:
+
+
+def _interpreter_without_leasekeeper(cwd: Path) -> str:
+    """This Python's base interpreter (outside the virtualenv): it has no leasekeeper
+    of its own - which is what makes the worker's copy one found only in code."""
+    base = str(getattr(sys, "_base_executable", sys.executable))
+    if _run_bare(base, "import leasekeeper", cwd).returncode == 0:
         pytest.fail(f"{base} imports a leasekeeper of its own: this test needs one that does not")
     return base
 
@@ -60,17 +66,8 @@ def test_a_leasekeeper_found_on_a_path_added_in_code_renews_in_a_process(
     tmp_path: Path, renewer: str
 ) -> None:
     python = _interpreter_without_leasekeeper(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     script = WORKER.format(vendored=str(VENDORED), repo=str(REPO), renewer=renewer)
-    done = subprocess.run(
-        [python, "-c", script],
-        check=False,
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run_bare(python, script, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["process", "1"]
     assert "could not start" not in done.stderr  # auto did not fall back, with a WARNING
