@@ -7,6 +7,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Sequence
+from pathlib import Path
 
 from leasekeeper import Handle, Outcome
 from leasekeeper.backends.base import ForwardingBackend
@@ -72,6 +73,18 @@ class ScriptedBackend(ForwardingBackend):
     def release(self, handles: Sequence[Handle], delay: float) -> list[Outcome]:
         scripted = self._run("release", handles, delay)
         return super().release(handles, delay) if scripted is None else scripted
+
+
+def whole_lines(path: Path) -> list[str]:
+    """The lines of a file other processes append to, each ended by its newline.
+
+    Linux does not make a read of a regular file atomic with a write to it, so a
+    read that overlaps an append can end in part of a line. That part is left out;
+    the next read has it whole. A missing file has no lines.
+    """
+    if not path.exists():
+        return []
+    return path.read_text().split("\n")[:-1]
 
 
 def hold_the_gil(seconds: float) -> None:

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import whole_lines
+
 EVENTS = frozenset(
     {"go", "recv", "start", "done", "deleted", "delfail", "released", "lost", "kill", "exit"}
 )
@@ -79,9 +81,7 @@ class Entry:
 
 def read_journal(path: Path) -> list[Entry]:
     entries: list[Entry] = []
-    if not path.exists():
-        return entries
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(whole_lines(path), 1):  # read while workers append
         parts = line.split()
         if len(parts) < 5 or parts[3] not in EVENTS:
             raise AssertionError(f"{path}:{number}: malformed journal line {line!r}")

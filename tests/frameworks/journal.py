@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.helpers import whole_lines
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -33,10 +35,8 @@ def write(path: str, event: str, label: str) -> None:
 
 
 def read(path: Path) -> list[Entry]:
-    if not path.exists():
-        return []
     entries = []
-    for line in path.read_text().splitlines():
+    for line in whole_lines(path):  # read while workers append to it
         event, label, worker, pid, at = line.split()
         entries.append(Entry(event, label, worker, int(pid), float(at)))
     return entries

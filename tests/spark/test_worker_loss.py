@@ -27,6 +27,7 @@ import pytest
 
 from leasekeeper import LeaseConfig, Message
 from leasekeeper.spark import SQSSource, read_stream, run_drain
+from tests.helpers import whole_lines
 from tests.spark.cluster import (
     StandaloneCluster,
     application_conf,
@@ -68,9 +69,7 @@ def whole_cluster(cluster: StandaloneCluster, spark: Any) -> Iterator[Standalone
 
 def noted(path: Path) -> list[tuple[str, int]]:
     """(what, pid) lines that executors appended to ``path``."""
-    if not path.exists():
-        return []
-    lines = (line.split() for line in path.read_text().splitlines())
+    lines = (line.split() for line in whole_lines(path))  # read while executors append
     return [(what, int(pid)) for what, pid in lines]
 
 
