@@ -441,6 +441,69 @@ def test_credentials_refreshed_by_a_provider_built_in_code_keep_the_worker_on_a_
     assert "spark" not in warning.lower()
 
 
+def role_profiles(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, endpoint: str) -> None:
+    """A config file whose profile "role" assumes a role with profile "base"'s keys
+    (STS is moto's too), and other keys in the environment: the default chain's."""
+    no_aws_credentials_here(monkeypatch, tmp_path)
+    config = tmp_path / "config"
+    config.write_text(
+        "[profile base]\naws_access_key_id = base-key\naws_secret_access_key = base-secret\n"
+        "[profile role]\nrole_arn = arn:aws:iam::123456789012:role/jobs\n"
+        "source_profile = base\nregion = us-east-1\n"
+    )
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "someone-else")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "someone-else")
+
+
+def test_a_role_assumed_through_a_profile_chosen_in_code_is_not_renewed_as_another_identity(
+    moto_endpoint: str,
+    queue_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``boto3.Session(profile_name="role")``, a profile that assumes a role: the
+    renewer process's own chain would find the environment's keys instead and renew
+    as someone else. ``renewer="process"`` refuses and says why; the default worker
+    renews in a thread, with the role, and says so once."""
+    import boto3
+
+    role_profiles(monkeypatch, tmp_path, moto_endpoint)
+    client = boto3.Session(profile_name="role").client("sqs")
+    assumed = boto3.Session(profile_name="role").client("sts").get_caller_identity()
+    assert ":assumed-role/jobs/" in assumed["Arn"]  # the client's identity is the role's
+    fill(moto_endpoint, queue_url, 3)
+    backend = SQSBackend(client, queue_url)
+    with pytest.raises(ConfigError, match=r"assume-role.*\(env\).*another identity"):
+        LeaseManager(backend, visibility_timeout=30, renewer="process")
+    with caplog.at_level("WARNING", logger="leasekeeper"):
+        worker = Worker(backend, lambda message: None, concurrency=2, wait_seconds=1)
+        assert worker.manager.renewer.name == "thread"
+        stats = worker.run(until_idle=1.0)
+    assert (stats.completed, stats.lost, stats.failed) == (3, 0, 0)
+    [warning] = [r.getMessage() for r in caplog.records if "renewer" in r.getMessage()]
+    assert "a profile or role chosen in code" in warning and "someone-else" not in warning
+
+
+def test_a_role_the_renewer_process_assumes_too_is_renewed_there(
+    moto_endpoint: str, queue_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The same role named by ``AWS_PROFILE``: the renewer process's chain assumes
+    it as the worker's did, so it renews there."""
+    import boto3
+
+    role_profiles(monkeypatch, tmp_path, moto_endpoint)
+    monkeypatch.setenv("AWS_PROFILE", "role")
+    client = boto3.Session().client("sqs")
+    manager = LeaseManager(SQSBackend(client, queue_url), visibility_timeout=30, renewer="process")
+    try:
+        assert manager.renewer.name == "process"
+    finally:
+        manager.close()
+
+
 @pytest.mark.parametrize("service", ["azure", "mns"])
 def test_a_queue_opened_with_keys_in_code_only_renews_in_the_renewer_process(
     service: str,

@@ -17,10 +17,11 @@ queue.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from leasekeeper.backends._credentials import aws_credentials_problem
+from leasekeeper.backends._credentials import aws_configuration, aws_credentials_problem
 from leasekeeper.backends.urls import redact_url
 
 __all__ = [
@@ -132,20 +133,70 @@ def _proxies_of(client: Any) -> dict[str, str]:
 
 def sqs_credentials_problem(client: Any) -> str | None:
     """Why the renewer process could not have ``client``'s credentials: they refresh
-    through a provider built in this process (not one of botocore's chain); or,
-    with none on the client, none in the environment either. None when it can."""
+    through a provider built in this process (not one of botocore's chain), or
+    through one its own chain would not find (a role assumed through a profile
+    chosen in code); or, with none on the client, none in the environment either.
+    None when it can."""
     credentials = _aws_credentials(client)
     if credentials is None:
         return aws_credentials_problem()
     if not _refreshes(credentials):
         return None  # sent to it (sqs_secrets)
     method = str(getattr(credentials, "method", "") or "")
-    if method in _AWS_CHAIN_METHODS:
-        return aws_credentials_problem()  # its own chain finds them, as this one did
-    return (
-        f"the client's AWS credentials refresh through a provider built in this process "
-        f"({method or 'custom'}), which another process cannot rebuild"
-    )
+    if method not in _AWS_CHAIN_METHODS:
+        return (
+            f"the client's AWS credentials refresh through a provider built in this process "
+            f"({method or 'custom'}), which another process cannot rebuild"
+        )
+    return _chain_problem(credentials, method)
+
+
+def _chain_problem(credentials: object, method: str) -> str | None:
+    """Why the renewer process's own chain would not give it ``credentials``, which
+    refresh through a ``method`` of botocore's chain. It builds them from the same
+    environment and files as this process: only right when this process's chain
+    finds them. A profile chosen in code (``boto3.Session(profile_name=...)``) that
+    assumes a role is one it would not find: it would renew as whoever the default
+    chain names."""
+    import botocore.exceptions
+    import botocore.session
+
+    try:
+        found = botocore.session.get_session().get_credentials()
+    except botocore.exceptions.BotoCoreError as exc:
+        return f"{type(exc).__name__}: {aws_configuration(exc)}"
+    if found is None:
+        return aws_credentials_problem()
+    if _source_of(found) != _source_of(credentials):
+        return (
+            f"the client's AWS credentials ({method}) are not the ones this process's own "
+            f"chain finds ({getattr(found, 'method', None) or 'others'}): a profile or role "
+            "chosen in code, which the renewer process would not use (it would renew as "
+            "another identity)"
+        )
+    return None
+
+
+# What tells two refreshing credentials' sources apart: the role, SSO account or
+# profile their fetcher was made for (botocore keeps them on it).
+_SOURCE_FIELDS = ("_role_arn", "_start_url", "_account_id", "_role_name", "_profile_name")
+
+
+def _source_of(credentials: object) -> tuple[object, ...]:
+    """Where refreshing ``credentials`` come from, as far as it tells identities apart:
+    their method, the function that refreshes them, the role, SSO account or profile
+    its object was made for, and the text it closes over (a credential process's
+    command). Two of the same role made at different times compare equal."""
+    refresh = getattr(credentials, "_refresh_using", None)
+    owner = getattr(refresh, "__self__", None)
+    marks: list[object] = [getattr(credentials, "method", None)]
+    marks.append(getattr(refresh, "__qualname__", type(refresh).__qualname__))
+    marks.extend(str(getattr(owner, name, None)) for name in _SOURCE_FIELDS)
+    for cell in getattr(refresh, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # (an empty cell)
+            if isinstance(cell.cell_contents, str):
+                marks.append(cell.cell_contents)
+    return tuple(marks)
 
 
 def mns_credentials_given(provider: Any) -> tuple[str, str, str] | None:
