@@ -450,6 +450,8 @@ def role_profiles(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, endpoint: str)
         "[profile base]\naws_access_key_id = base-key\naws_secret_access_key = base-secret\n"
         "[profile role]\nrole_arn = arn:aws:iam::123456789012:role/jobs\n"
         "source_profile = base\nregion = us-east-1\n"
+        "[profile other-role]\nrole_arn = arn:aws:iam::123456789012:role/others\n"
+        "source_profile = base\nregion = us-east-1\n"
     )
     monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
@@ -457,26 +459,34 @@ def role_profiles(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, endpoint: str)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "someone-else")
 
 
+@pytest.mark.parametrize("chain", ["env", "assume-role"])
 def test_a_role_assumed_through_a_profile_chosen_in_code_is_not_renewed_as_another_identity(
+    chain: str,
     moto_endpoint: str,
     queue_url: str,
     monkeypatch: pytest.MonkeyPatch,
+    *,
     tmp_path: Any,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """``boto3.Session(profile_name="role")``, a profile that assumes a role: the
     renewer process's own chain would find the environment's keys instead and renew
-    as someone else. ``renewer="process"`` refuses and says why; the default worker
-    renews in a thread, with the role, and says so once."""
+    as someone else: the environment's keys, or (``AWS_PROFILE``) another role.
+    ``renewer="process"`` refuses and says why; the default worker renews in a
+    thread, with the client's role, and says so once."""
     import boto3
 
+    fill(moto_endpoint, queue_url, 3)  # (boto3's default session, before AWS_PROFILE)
     role_profiles(monkeypatch, tmp_path, moto_endpoint)
+    if chain == "assume-role":  # (keys in the environment come first in the chain)
+        monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+        monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+        monkeypatch.setenv("AWS_PROFILE", "other-role")
     client = boto3.Session(profile_name="role").client("sqs")
     assumed = boto3.Session(profile_name="role").client("sts").get_caller_identity()
     assert ":assumed-role/jobs/" in assumed["Arn"]  # the client's identity is the role's
-    fill(moto_endpoint, queue_url, 3)
     backend = SQSBackend(client, queue_url)
-    with pytest.raises(ConfigError, match=r"assume-role.*\(env\).*another identity"):
+    with pytest.raises(ConfigError, match=rf"\(assume-role\).*\({chain}\).*another identity"):
         LeaseManager(backend, visibility_timeout=30, renewer="process")
     with caplog.at_level("WARNING", logger="leasekeeper"):
         worker = Worker(backend, lambda message: None, concurrency=2, wait_seconds=1)
