@@ -82,7 +82,7 @@ def _proxies(proxies: object) -> dict[str, str]:
 def sqs_settings(client: Any) -> dict[str, Any]:
     """The factory options (``leasekeeper.backends.schemes.sqs``) that make a client
     like ``client``: endpoint, region, retry mode and attempts, timeouts, pool
-    size, proxies. The proxies keep their password: a spec drops it
+    size, TLS verification, proxies. The proxies keep their password: a spec drops it
     (``public_options``), ``sqs_secrets`` sends it to the renewer process."""
     meta = getattr(client, "meta", None)
     config = getattr(meta, "config", None)
@@ -96,8 +96,34 @@ def sqs_settings(client: Any) -> dict[str, Any]:
         "connect_timeout": getattr(config, "connect_timeout", None),
         "read_timeout": getattr(config, "read_timeout", None),
         "max_pool_connections": getattr(config, "max_pool_connections", None),
+        "verify": _verify_setting(client),
         **_proxies(getattr(config, "proxies", None)),
     }
+
+
+def sqs_verify(client: Any) -> bool | str:
+    """``client``'s TLS verification: False, True, or the CA bundle's path (botocore
+    keeps it on the client's HTTP session)."""
+    endpoint = getattr(client, "_endpoint", None)
+    verify = getattr(getattr(endpoint, "http_session", None), "_verify", True)
+    return verify if isinstance(verify, (bool, str)) else True
+
+
+def _verify_setting(client: Any) -> bool | str | None:
+    """The ``verify`` another process must be given to make ``client``'s calls: False,
+    or a CA bundle other than the one its own configuration names (``AWS_CA_BUNDLE``,
+    the config file's ``ca_bundle``, which it reads itself); None when it needs none
+    (an ``http`` endpoint's client too)."""
+    endpoint = str(getattr(getattr(client, "meta", None), "endpoint_url", ""))
+    if not endpoint.startswith("https:"):
+        return None
+    verify = sqs_verify(client)
+    if verify is False or not isinstance(verify, str):
+        return False if verify is False else None
+    import botocore.session
+
+    own = botocore.session.get_session().get_config_variable("ca_bundle")
+    return None if own == verify else verify
 
 
 def _aws_credentials(client: Any) -> Any:

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote, urlsplit
 
 from leasekeeper.backends.keepalive import ExchangeError, KeepAlivePool
+from leasekeeper.backends.rebuild import sqs_verify
 from leasekeeper.backends.sigv4 import RequestSigner
 
 
@@ -168,7 +169,7 @@ def route_of(client: Any) -> Route:
     endpoint = str(meta.endpoint_url)
     verify: bool | str = True
     if urlsplit(endpoint).scheme == "https":
-        verify = _verify_of(client)
+        verify = sqs_verify(client)
         if verify is not False:
             from botocore.httpsession import get_cert_path  # the client's, loaded already
 
@@ -236,12 +237,6 @@ def _credentials_of(client: Any) -> Any:
     if signer is None or not hasattr(signer, "_credentials"):
         return _NO_SIGNER
     return signer._credentials
-
-
-def _verify_of(client: Any) -> bool | str:
-    endpoint = getattr(client, "_endpoint", None)
-    verify = getattr(getattr(endpoint, "http_session", None), "_verify", True)
-    return verify if isinstance(verify, (bool, str)) else True
 
 
 def _handler_modules(handlers: Iterable[Any]) -> Iterable[str]:
