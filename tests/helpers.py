@@ -8,6 +8,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from leasekeeper import Handle, Outcome
 from leasekeeper.backends.base import ForwardingBackend
@@ -85,6 +86,25 @@ def whole_lines(path: Path) -> list[str]:
     if not path.exists():
         return []
     return path.read_text().split("\n")[:-1]
+
+
+def renewed_twice_then_completed(manager: Any, message: Any, within: float = 30.0) -> None:
+    """Register ``message`` with ``manager``, wait (up to ``within`` seconds, on a
+    loaded machine) until its lease is renewed twice, complete it, and check that
+    nothing was lost or lapsed. Polls every 0.1 s: the renewals are another
+    thread's or process's, against a real service."""
+    from leasekeeper import LeaseState
+
+    lease = manager.register(message)
+    deadline = time.monotonic() + within
+    active = lease.state is LeaseState.ACTIVE
+    while lease.extensions < 2 and active and time.monotonic() < deadline:
+        time.sleep(0.1)
+        active = lease.state is LeaseState.ACTIVE
+    assert lease.extensions >= 2, (lease.state, manager.stats())
+    lease.complete()
+    stats = manager.stats()
+    assert (stats.completed, stats.lost, stats.lapses) == (1, 0, 0)
 
 
 def hold_the_gil(seconds: float) -> None:

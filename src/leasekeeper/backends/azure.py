@@ -83,7 +83,12 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
 from leasekeeper.backends._credentials import azure_credentials_problem
 from leasekeeper.backends.cloud import CloudBackend, ThreadClients
 from leasekeeper.backends.contract import Handle, Message, Outcome, OutcomeKind
-from leasekeeper.backends.rebuild import azure_credentials_given, azure_secrets, azure_settings
+from leasekeeper.backends.rebuild import (
+    azure_credentials_given,
+    azure_secrets,
+    azure_settings,
+    azure_transport_options,
+)
 from leasekeeper.backends.shared import (
     SKEW_MARGIN,
     ErrorTable,
@@ -408,7 +413,8 @@ class AzureQueueBackend(CloudBackend):
 
     def sibling(self, name: str, *, create: bool = False) -> AzureQueueBackend:
         """The queue ``name`` of the same account, with the same credential, API
-        version and message policies (``create``: Create Queue when it is missing)."""
+        version, message policies, proxies and TLS verification (``create``: Create
+        Queue when it is missing)."""
         source = self.queue_client
         sas = str(source.url).partition("?")[2]  # a SAS token in the URL is the credential
         client = QueueClient.from_queue_url(
@@ -418,6 +424,7 @@ class AzureQueueBackend(CloudBackend):
             # The SDK keeps them only in private fields: copied where they are found.
             message_encode_policy=getattr(source, "_message_encode_policy", None),
             message_decode_policy=getattr(source, "_message_decode_policy", None),
+            **azure_transport_options(source),
         )
         if create:
             try:
@@ -453,6 +460,7 @@ class AzureQueueBackend(CloudBackend):
             retry_total=0,
             connection_timeout=DEFAULT_CONNECTION_TIMEOUT,
             read_timeout=DEFAULT_READ_TIMEOUT,
+            **azure_transport_options(source),  # its proxies and TLS verification
         )
 
     def close(self) -> None:

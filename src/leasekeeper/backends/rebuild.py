@@ -28,12 +28,14 @@ __all__ = [
     "azure_credentials_given",
     "azure_secrets",
     "azure_settings",
+    "azure_transport_options",
     "mns_credentials_given",
     "mns_renewal_problem",
     "mns_secrets",
     "sqs_credentials_problem",
     "sqs_secrets",
     "sqs_settings",
+    "sqs_verify",
 ]
 
 # Where botocore's own chain finds credentials: the renewer process, on this
@@ -263,15 +265,37 @@ def mns_secrets(provider: Any) -> dict[str, Any]:
 
 
 def azure_settings(queue_client: Any) -> dict[str, Any]:
-    """The Azure factory's options for the queue client's retries and timeouts."""
+    """The Azure factory's options for the queue client's retries, timeouts, proxies
+    given in code (with their password: a spec drops it, ``azure_secrets`` sends it
+    to the renewer process) and TLS verification (when not the default)."""
     config = getattr(queue_client, "_config", None)
     retry = getattr(config, "retry_policy", None)
     connection = getattr(getattr(config, "transport", None), "connection_config", None)
+    transport = azure_transport_options(queue_client)
     return {
         "retry_total": getattr(retry, "total_retries", None),
         "connection_timeout": getattr(connection, "timeout", None),
         "read_timeout": getattr(connection, "read_timeout", None),
+        "connection_verify": transport.get("connection_verify"),
+        **_proxies(transport.get("proxies")),
     }
+
+
+def azure_transport_options(queue_client: Any) -> dict[str, Any]:
+    """The ``QueueClient`` keywords that make another client reach the service as
+    ``queue_client`` does: its ``proxies`` and its ``connection_verify`` (False or
+    a CA bundle's path), where they are not the defaults. azure-core keeps them on
+    the client's proxy policy and transport."""
+    config = getattr(queue_client, "_config", None)
+    proxies = getattr(getattr(config, "proxy_policy", None), "proxies", None)
+    connection = getattr(getattr(config, "transport", None), "connection_config", None)
+    verify = getattr(connection, "verify", True)
+    options: dict[str, Any] = {}
+    if isinstance(proxies, Mapping) and proxies:
+        options["proxies"] = dict(proxies)
+    if verify is False or isinstance(verify, str):
+        options["connection_verify"] = verify
+    return options
 
 
 def azure_credentials_given(queue_client: Any) -> dict[str, Any] | None:
@@ -297,4 +321,8 @@ def azure_credentials_given(queue_client: Any) -> dict[str, Any] | None:
 
 
 def azure_secrets(queue_client: Any) -> dict[str, Any]:
-    return azure_credentials_given(queue_client) or {}
+    """The queue client's key or SAS token, and its proxies' URLs with a password:
+    what the renewer process needs and cannot find itself."""
+    proxies = _proxies(azure_transport_options(queue_client).get("proxies"))
+    secret_proxies = {name: url for name, url in proxies.items() if redact_url(url) != url}
+    return {**(azure_credentials_given(queue_client) or {}), **secret_proxies}

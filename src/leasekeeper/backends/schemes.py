@@ -396,6 +396,9 @@ def azure(
     retry_total: int | None = None,
     connection_timeout: float | None = None,
     read_timeout: float | None = None,
+    http_proxy: str | None = None,
+    https_proxy: str | None = None,
+    connection_verify: bool | str | None = None,
 ) -> AzureQueueBackend:
     """Azure Storage Queue: ``azure://<account>/<queue>``, or ``azure:///<queue>`` for
     the account of ``AZURE_STORAGE_CONNECTION_STRING``.
@@ -408,7 +411,8 @@ def azure(
     ``AZURE_STORAGE_ACCOUNT_KEY``, else that connection string, else
     ``azure.identity.DefaultAzureCredential``. ``account_key`` or ``sas_token``
     given here come first (and are never put in the spec). ``retry_total``,
-    ``connection_timeout`` and ``read_timeout``: the queue client's.
+    ``connection_timeout``, ``read_timeout``, ``http_proxy``, ``https_proxy`` and
+    ``connection_verify`` (False, or a CA bundle's path): the queue client's.
     """
     from leasekeeper.backends.azure import AzureQueueBackend
     from leasekeeper.backends.spec import SECRET_KEYS
@@ -435,9 +439,13 @@ def azure(
             ("retry_total", retry_total),
             ("connection_timeout", connection_timeout),
             ("read_timeout", read_timeout),
+            ("connection_verify", connection_verify),
         )
         if value is not None
     }
+    proxies = {scheme: url for scheme, url in (("http", http_proxy), ("https", https_proxy)) if url}
+    if proxies:
+        settings["proxies"] = proxies
     env_conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
     conn = connection_string
     matches = env_conn and (account is None or _connection_account(env_conn) in (account, None))

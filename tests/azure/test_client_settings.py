@@ -1,0 +1,105 @@
+"""An Azure queue client's own settings reach every client leasekeeper makes like
+it (the thread renewer's per thread, the renewer process's): a proxy given in code
+(``proxies=``, its password too) and ``connection_verify``. The account is reached
+through a host only the proxy knows, so a renewer that went direct could not renew."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from azure.storage.queue import QueueClient
+
+from leasekeeper import LeaseManager
+from leasekeeper.backends.azure import AzureQueueBackend
+from leasekeeper.backends.spec import renewal_spec
+from tests.azure.settings import ACCOUNT, KEY
+from tests.forward_proxy import ForwardProxy
+from tests.helpers import renewed_twice_then_completed
+
+HIDDEN_HOST = "azurite.invalid"  # resolves nowhere: reached through the proxy only
+
+
+def no_proxy_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    for name in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize(
+    ("renewer", "password"), [("process", False), ("process", True), ("thread", False)]
+)
+def test_a_proxy_given_in_code_carries_the_renewals(
+    azurite: str, queue_name: str, renewer: str, password: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both renewers renew through the client's proxy: the thread renewer's calls
+    (on clients of its own per thread) and the renewer process's."""
+    no_proxy_in_the_environment(monkeypatch)
+    port = int(urlsplit(azurite.split("QueueEndpoint=")[1].rstrip(";")).port or 0)
+    with ForwardProxy({HIDDEN_HOST: ("127.0.0.1", port)}) as proxy:
+        proxy_url = proxy.url.replace("//", "//lk:s3cret@") if password else proxy.url
+        client = QueueClient(
+            f"http://{HIDDEN_HOST}:{port}/{ACCOUNT}",
+            queue_name,
+            credential={"account_name": ACCOUNT, "account_key": KEY},
+            proxies={"http": proxy_url},
+            connection_verify=False,
+        )
+        backend = AzureQueueBackend(client)
+        options = dict(backend.spec().options)
+        shown = proxy.url.replace("//", "//lk@") if password else proxy.url  # (no password)
+        assert options["http_proxy"] == shown
+        assert options["connection_verify"] is False
+        assert "s3cret" not in repr(backend.spec()) + repr(renewal_spec(backend))
+        backend.send("job")
+        manager = LeaseManager(
+            backend, renewer=renewer, visibility_timeout=2, timer_interval=0.2, minimal_life=0.5
+        )
+        try:
+            manager.start()
+            [message] = backend.receive(max_messages=1, visibility_timeout=2)
+            updates_before = proxy.forwarded["PUT"]
+            renewed_twice_then_completed(manager, message)
+        finally:
+            manager.close()
+        # Update Message is a PUT: the renewals went through the proxy.
+        assert proxy.forwarded["PUT"] - updates_before >= 2
+        assert client.get_queue_properties().approximate_message_count == 0
+
+
+def test_the_hidden_host_cannot_be_reached_but_through_the_proxy(azurite: str) -> None:
+    """What makes the test above able to fail."""
+    from azure.core.exceptions import ServiceRequestError
+
+    port = urlsplit(azurite.split("QueueEndpoint=")[1].rstrip(";")).port
+    client: Any = QueueClient(
+        f"http://{HIDDEN_HOST}:{port}/{ACCOUNT}",
+        "any",
+        credential={"account_name": ACCOUNT, "account_key": KEY},
+        retry_total=0,
+    )
+    with pytest.raises(ServiceRequestError):
+        client.get_queue_properties()
+
+
+def test_a_sibling_queue_is_reached_through_the_same_proxy(
+    azurite: str, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead-letter queue (``sibling``) is made like the client it comes from."""
+    no_proxy_in_the_environment(monkeypatch)
+    port = int(urlsplit(azurite.split("QueueEndpoint=")[1].rstrip(";")).port or 0)
+    with ForwardProxy({HIDDEN_HOST: ("127.0.0.1", port)}) as proxy:
+        client = QueueClient(
+            f"http://{HIDDEN_HOST}:{port}/{ACCOUNT}",
+            queue_name,
+            credential={"account_name": ACCOUNT, "account_key": KEY},
+            proxies={"http": proxy.url},
+        )
+        sibling = AzureQueueBackend(client).sibling(f"{queue_name}-dead", create=True)
+        sibling.send("dead")
+        [message] = sibling.receive(max_messages=1, visibility_timeout=5)
+        assert message.body == "dead"
+        sibling.queue_client.delete_queue()

@@ -1,0 +1,88 @@
+"""A plain HTTP forward proxy for the tests: a client configured with it sends
+``METHOD http://host:port/path`` here, and it forwards the request to where
+``routes`` says that host is. A host only the routes know (``*.invalid``) cannot be
+reached but through the proxy, so a process that does not use it fails. The
+request reaches the service with the service's own host name (an emulator that
+reads an account from the host, as Azurite does, sees its usual one)."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+_HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "proxy-authorization"}
+
+
+class ForwardProxy:
+    """``with ForwardProxy({"queue.invalid": ("127.0.0.1", 10001)}) as proxy:``;
+    ``proxy.url`` to configure a client with, ``proxy.forwarded`` counts the
+    requests it forwarded by method."""
+
+    def __init__(self, routes: dict[str, tuple[str, int]]) -> None:
+        self.routes = routes
+        self.forwarded: Counter[str] = Counter()
+        self._counts_lock = threading.Lock()  # guards forwarded
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _forward(self) -> None:
+                target = urlsplit(self.path)
+                route = proxy.routes.get(target.hostname or "")
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if route is None:
+                    self.send_error(502, f"no route to {target.hostname}")
+                    return
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP | {"host"}
+                }
+                headers["Host"] = f"{route[0]}:{route[1]}"  # the service's own name for itself
+                upstream = http.client.HTTPConnection(*route, timeout=30)
+                try:
+                    path = target.path + (f"?{target.query}" if target.query else "")
+                    upstream.request(self.command, path, body=body, headers=headers)
+                    answer = upstream.getresponse()
+                    data = answer.read()
+                finally:
+                    upstream.close()
+                with proxy._counts_lock:
+                    proxy.forwarded[self.command] += 1
+                self.send_response(answer.status, answer.reason)
+                for name, value in answer.getheaders():
+                    if name.lower() not in _HOP_BY_HOP | {"content-length", "transfer-encoding"}:
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="forward-proxy", daemon=True
+        )
+
+    def __enter__(self) -> ForwardProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self._server.shutdown()
+        self._server.server_close()
