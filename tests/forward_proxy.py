@@ -8,9 +8,11 @@ reads an account from the host, as Azurite does, sees its usual one)."""
 from __future__ import annotations
 
 import http.client
+import ssl
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,9 +23,16 @@ _HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "proxy-authorizat
 class ForwardProxy:
     """``with ForwardProxy({"queue.invalid": ("127.0.0.1", 10001)}) as proxy:``;
     ``proxy.url`` to configure a client with, ``proxy.forwarded`` counts the
-    requests it forwarded by method."""
+    requests it forwarded by method. ``tls``: (certificate, key) files, for a proxy
+    that clients reach over TLS (``https://``); ``client_ca``: the CA whose client
+    certificates it requires there."""
 
-    def __init__(self, routes: dict[str, tuple[str, int]]) -> None:
+    def __init__(
+        self,
+        routes: dict[str, tuple[str, int]],
+        tls: tuple[Path, Path] | None = None,
+        client_ca: Path | None = None,
+    ) -> None:
         self.routes = routes
         self.forwarded: Counter[str] = Counter()
         self._counts_lock = threading.Lock()  # guards forwarded
@@ -69,7 +78,16 @@ class ForwardProxy:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        scheme = "http"
+        if tls is not None:  # a TLS proxy: clients speak TLS to it (certificate, key)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            if client_ca is not None:  # and present a certificate this CA signed
+                context.verify_mode = ssl.CERT_REQUIRED
+                context.load_verify_locations(cafile=client_ca)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="forward-proxy", daemon=True
         )

@@ -7,8 +7,6 @@ from the spec."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import subprocess
 import sys
@@ -17,52 +15,19 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from leasekeeper import LeaseManager
 from leasekeeper.backends.sqs import SQSBackend
+from tests.forward_proxy import ForwardProxy
 from tests.helpers import renewed_twice_then_completed
+from tests.self_signed import self_signed
 from tests.services import CHILD_ENV, MOTO_SERIAL, REGION, free_port
 
 STARTUP_TIMEOUT = 30.0
-
-
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 signed by its own key: (certificate, key) files."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
+HIDDEN_HOST = "sqs.invalid"  # resolves nowhere: reached through the proxy only
 
 
 def tls_client(endpoint: str, verify: bool | str, mode: str = "standard") -> Any:
@@ -155,3 +120,89 @@ def test_a_client_s_own_tls_verification_renews_in_the_renewer_process(
     attributes = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attributes["ApproximateNumberOfMessages"] == "0"
     assert attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
+
+
+def test_a_tls_proxy_the_client_trusts_carries_the_renewer_process_s_calls(
+    moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A proxy reached over TLS that requires a client certificate, given in the
+    client's ``proxies_config`` (``proxy_client_cert``, a (certificate, key) pair,
+    and ``proxy_ca_bundle``), in front of an endpoint only the proxy can reach: the
+    renewer process renews through it, as the client does."""
+    import boto3
+    from botocore.config import Config
+
+    for name, value in CHILD_ENV.items():
+        monkeypatch.setenv(name, value)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    cert_path, key_path = self_signed(tmp_path)
+    (tmp_path / "client").mkdir()
+    client_cert, client_key = self_signed(tmp_path / "client")
+    moto = urlsplit(moto_endpoint)
+    routes = {HIDDEN_HOST: (str(moto.hostname), int(moto.port or 80))}
+    with ForwardProxy(routes, tls=(cert_path, key_path), client_ca=client_cert) as proxy:
+        client = boto3.client(
+            "sqs",
+            endpoint_url=f"http://{HIDDEN_HOST}:{moto.port}",
+            region_name=REGION,
+            config=Config(
+                proxies={"http": proxy.url},
+                proxies_config={
+                    "proxy_ca_bundle": str(cert_path),
+                    "proxy_client_cert": (str(client_cert), str(client_key)),
+                },
+                retries={"mode": "standard", "max_attempts": 2},
+                connect_timeout=2,
+            ),
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        url = client.create_queue(QueueName="behind-a-tls-proxy")["QueueUrl"]
+        client.send_message(QueueUrl=url, MessageBody="job")
+        backend = SQSBackend(client, url)
+        options = dict(backend.spec().options)
+        assert options["proxy_ca_bundle"] == str(cert_path)
+        assert (options["proxy_client_cert"], options["proxy_client_key"]) == (
+            str(client_cert),
+            str(client_key),
+        )
+        manager = LeaseManager(
+            backend, renewer="process", visibility_timeout=2, timer_interval=0.2, minimal_life=0.5
+        )
+        try:
+            manager.start()
+            [message] = backend.receive(max_messages=1, wait_seconds=5, visibility_timeout=2)
+            renewed_twice_then_completed(manager, message)
+        finally:
+            manager.close()
+        assert proxy.forwarded["POST"] >= 5  # create, send, receive, 2 renewals (and delete)
+
+
+@pytest.mark.filterwarnings("ignore:Unverified HTTPS request")  # (no bundle: as asked)
+def test_the_tls_proxy_refuses_a_client_without_its_certificate(
+    moto_endpoint: str, tmp_path: Path
+) -> None:
+    """What makes the test above able to fail: the proxy's own settings missing, a
+    client (the renewer process's, made without them) gets nowhere."""
+    import boto3
+    import botocore.exceptions
+    from botocore.config import Config
+
+    cert_path, key_path = self_signed(tmp_path)
+    (tmp_path / "client").mkdir()
+    client_cert, _ = self_signed(tmp_path / "client")
+    moto = urlsplit(moto_endpoint)
+    routes = {HIDDEN_HOST: (str(moto.hostname), int(moto.port or 80))}
+    with ForwardProxy(routes, tls=(cert_path, key_path), client_ca=client_cert) as proxy:
+        client = boto3.client(
+            "sqs",
+            endpoint_url=f"http://{HIDDEN_HOST}:{moto.port}",
+            region_name=REGION,
+            config=Config(proxies={"http": proxy.url}, retries={"max_attempts": 1}),
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        with pytest.raises(botocore.exceptions.BotoCoreError):
+            client.list_queues()
+        assert proxy.forwarded["POST"] == 0

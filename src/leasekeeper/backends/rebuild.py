@@ -84,8 +84,9 @@ def _proxies(proxies: object) -> dict[str, str]:
 def sqs_settings(client: Any) -> dict[str, Any]:
     """The factory options (``leasekeeper.backends.schemes.sqs``) that make a client
     like ``client``: endpoint, region, retry mode and attempts, timeouts, pool
-    size, TLS verification, proxies. The proxies keep their password: a spec drops it
-    (``public_options``), ``sqs_secrets`` sends it to the renewer process."""
+    size, TLS verification, proxies and their TLS settings. The proxies keep their
+    password: a spec drops it (``public_options``), ``sqs_secrets`` sends it to the
+    renewer process."""
     meta = getattr(client, "meta", None)
     config = getattr(meta, "config", None)
     retries = getattr(config, "retries", None)
@@ -100,7 +101,23 @@ def sqs_settings(client: Any) -> dict[str, Any]:
         "max_pool_connections": getattr(config, "max_pool_connections", None),
         "verify": _verify_setting(client),
         **_proxies(getattr(config, "proxies", None)),
+        **_proxy_settings(getattr(config, "proxies_config", None)),
     }
+
+
+def _proxy_settings(proxies_config: object) -> dict[str, Any]:
+    """The factory options of botocore's ``proxies_config``: a TLS proxy's CA bundle
+    and client certificate (a (certificate, key) pair as two options), forwarding."""
+    if not isinstance(proxies_config, Mapping):
+        return {}
+    settings = {
+        name: proxies_config.get(name)
+        for name in ("proxy_ca_bundle", "proxy_client_cert", "proxy_use_forwarding_for_https")
+    }
+    cert = settings["proxy_client_cert"]
+    if isinstance(cert, (tuple, list)) and len(cert) == 2:  # (cert, key)
+        settings["proxy_client_cert"], settings["proxy_client_key"] = cert
+    return settings
 
 
 def sqs_verify(client: Any) -> bool | str:

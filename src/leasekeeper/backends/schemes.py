@@ -146,7 +146,9 @@ def sqs(
     The client's settings (``SQSBackend.spec()`` carries a client's own):
     ``retry_mode``, ``max_attempts`` (all attempts, the first included),
     ``connect_timeout`` (default 5 s), ``read_timeout`` (default 30 s),
-    ``max_pool_connections``, ``http_proxy`` and ``https_proxy``.
+    ``max_pool_connections``, ``http_proxy`` and ``https_proxy``; a TLS proxy's
+    ``proxy_ca_bundle``, ``proxy_client_cert`` (and ``proxy_client_key``, where the
+    key is a file of its own) and ``proxy_use_forwarding_for_https``.
     ``verify``: the client's TLS verification (False, or a CA bundle's path).
     ``client_retries``, ``max_lease_age`` and ``fast_path``: ``SQSBackend``'s.
 
@@ -213,6 +215,11 @@ def sqs(
 
 
 _SQS_KEYS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+# botocore's ``Config(proxies_config=...)``, one option each: the CA bundle and client
+# certificate (and its key, where given apart) for a TLS proxy, and forwarding.
+_PROXY_SETTINGS = ("proxy_ca_bundle", "proxy_client_cert", "proxy_use_forwarding_for_https")
+_PROXY_CLIENT_KEY = "proxy_client_key"
+
 _SQS_CLIENT_OPTIONS = frozenset(
     {
         *_SQS_KEYS,
@@ -223,6 +230,8 @@ _SQS_CLIENT_OPTIONS = frozenset(
         "max_pool_connections",
         "http_proxy",
         "https_proxy",
+        *_PROXY_SETTINGS,
+        _PROXY_CLIENT_KEY,
     }
 )
 
@@ -307,6 +316,14 @@ def _sqs_config(options: dict[str, Any]) -> dict[str, Any]:
     }
     if proxies:
         settings["proxies"] = proxies
+    proxies_config = {name: options[name] for name in _PROXY_SETTINGS if options.get(name)}
+    if options.get(_PROXY_CLIENT_KEY) and proxies_config.get("proxy_client_cert"):
+        proxies_config["proxy_client_cert"] = (
+            proxies_config["proxy_client_cert"],
+            options[_PROXY_CLIENT_KEY],
+        )
+    if proxies_config:
+        settings["proxies_config"] = proxies_config
     keys = {name: options[name] for name in _SQS_KEYS if options.get(name)}
     return {"config": Config(**settings), **keys}
 
