@@ -14,7 +14,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import pytest
@@ -43,6 +43,20 @@ def tls_client(endpoint: str, verify: bool | str, mode: str = "standard") -> Any
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
+
+
+def renews_in_the_renewer_process(backend: SQSBackend) -> None:
+    """The one message of ``backend``'s queue, leased with 2 s timeouts: renewed
+    twice by the renewer process, then completed."""
+    manager = LeaseManager(
+        backend, renewer="process", visibility_timeout=2, timer_interval=0.2, minimal_life=0.5
+    )
+    try:
+        manager.start()
+        [message] = backend.receive(max_messages=1, wait_seconds=5, visibility_timeout=2)
+        renewed_twice_then_completed(manager, message)
+    finally:
+        manager.close()
 
 
 @pytest.fixture(scope="module")
@@ -108,101 +122,89 @@ def test_a_client_s_own_tls_verification_renews_in_the_renewer_process(
     client.send_message(QueueUrl=url, MessageBody="job")
     backend = SQSBackend(client, url)
     assert dict(backend.spec().options).get("verify") == verify  # for the renewer process
-    manager = LeaseManager(
-        backend, renewer="process", visibility_timeout=2, timer_interval=0.2, minimal_life=0.5
-    )
-    try:
-        manager.start()
-        [message] = backend.receive(max_messages=1, wait_seconds=5, visibility_timeout=2)
-        renewed_twice_then_completed(manager, message)
-    finally:
-        manager.close()
+    renews_in_the_renewer_process(backend)
     attributes = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attributes["ApproximateNumberOfMessages"] == "0"
     assert attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
 
 
-def test_a_tls_proxy_the_client_trusts_carries_the_renewer_process_s_calls(
-    moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """A proxy reached over TLS that requires a client certificate, given in the
-    client's ``proxies_config`` (``proxy_client_cert``, a (certificate, key) pair,
-    and ``proxy_ca_bundle``), in front of an endpoint only the proxy can reach: the
-    renewer process renews through it, as the client does."""
-    import boto3
-    from botocore.config import Config
+class TLSProxy(NamedTuple):
+    proxy: ForwardProxy
+    endpoint: str  # the SQS endpoint only the proxy reaches
+    proxy_ca_bundle: str
+    proxy_client_cert: tuple[str, str]  # (certificate, key)
 
-    for name, value in CHILD_ENV.items():
-        monkeypatch.setenv(name, value)
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy"):
-        monkeypatch.delenv(name, raising=False)
+
+@pytest.fixture
+def tls_proxy(moto_endpoint: str, tmp_path: Path) -> Iterator[TLSProxy]:
+    """A proxy reached over TLS, with a certificate of its own, that requires a
+    client certificate, in front of moto under a host name only it resolves."""
     cert_path, key_path = self_signed(tmp_path)
     (tmp_path / "client").mkdir()
     client_cert, client_key = self_signed(tmp_path / "client")
     moto = urlsplit(moto_endpoint)
     routes = {HIDDEN_HOST: (str(moto.hostname), int(moto.port or 80))}
     with ForwardProxy(routes, tls=(cert_path, key_path), client_ca=client_cert) as proxy:
-        client = boto3.client(
-            "sqs",
-            endpoint_url=f"http://{HIDDEN_HOST}:{moto.port}",
-            region_name=REGION,
-            config=Config(
-                proxies={"http": proxy.url},
-                proxies_config={
-                    "proxy_ca_bundle": str(cert_path),
-                    "proxy_client_cert": (str(client_cert), str(client_key)),
-                },
-                retries={"mode": "standard", "max_attempts": 2},
-                connect_timeout=2,
-            ),
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
+        yield TLSProxy(
+            proxy,
+            f"http://{HIDDEN_HOST}:{moto.port}",
+            str(cert_path),
+            (str(client_cert), str(client_key)),
         )
-        url = client.create_queue(QueueName="behind-a-tls-proxy")["QueueUrl"]
-        client.send_message(QueueUrl=url, MessageBody="job")
-        backend = SQSBackend(client, url)
-        options = dict(backend.spec().options)
-        assert options["proxy_ca_bundle"] == str(cert_path)
-        assert (options["proxy_client_cert"], options["proxy_client_key"]) == (
-            str(client_cert),
-            str(client_key),
-        )
-        manager = LeaseManager(
-            backend, renewer="process", visibility_timeout=2, timer_interval=0.2, minimal_life=0.5
-        )
-        try:
-            manager.start()
-            [message] = backend.receive(max_messages=1, wait_seconds=5, visibility_timeout=2)
-            renewed_twice_then_completed(manager, message)
-        finally:
-            manager.close()
-        assert proxy.forwarded["POST"] >= 5  # create, send, receive, 2 renewals (and delete)
+
+
+def proxied_client(tls_proxy: TLSProxy, **proxies_config: Any) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "sqs",
+        endpoint_url=tls_proxy.endpoint,
+        region_name=REGION,
+        config=Config(
+            proxies={"http": tls_proxy.proxy.url},
+            proxies_config=proxies_config or None,
+            retries={"mode": "standard", "max_attempts": 2},
+            connect_timeout=2,
+        ),
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+def test_a_tls_proxy_the_client_trusts_carries_the_renewer_process_s_calls(
+    tls_proxy: TLSProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client's ``proxies_config`` names the proxy's CA bundle and a client
+    certificate (a (certificate, key) pair): the renewer process renews through
+    the proxy, as the client does."""
+    for name, value in CHILD_ENV.items():
+        monkeypatch.setenv(name, value)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    client = proxied_client(
+        tls_proxy,
+        proxy_ca_bundle=tls_proxy.proxy_ca_bundle,
+        proxy_client_cert=tls_proxy.proxy_client_cert,
+    )
+    url = client.create_queue(QueueName="behind-a-tls-proxy")["QueueUrl"]
+    client.send_message(QueueUrl=url, MessageBody="job")
+    backend = SQSBackend(client, url)
+    options = dict(backend.spec().options)
+    assert options["proxy_ca_bundle"] == tls_proxy.proxy_ca_bundle
+    given = (options["proxy_client_cert"], options["proxy_client_key"])
+    assert given == tls_proxy.proxy_client_cert
+    renews_in_the_renewer_process(backend)
+    # create, send, receive, two renewals and the delete, all through the proxy
+    assert tls_proxy.proxy.forwarded["POST"] >= 5
 
 
 @pytest.mark.filterwarnings("ignore:Unverified HTTPS request")  # (no bundle: as asked)
-def test_the_tls_proxy_refuses_a_client_without_its_certificate(
-    moto_endpoint: str, tmp_path: Path
-) -> None:
+def test_the_tls_proxy_refuses_a_client_without_its_certificate(tls_proxy: TLSProxy) -> None:
     """What makes the test above able to fail: the proxy's own settings missing, a
     client (the renewer process's, made without them) gets nowhere."""
-    import boto3
     import botocore.exceptions
-    from botocore.config import Config
 
-    cert_path, key_path = self_signed(tmp_path)
-    (tmp_path / "client").mkdir()
-    client_cert, _ = self_signed(tmp_path / "client")
-    moto = urlsplit(moto_endpoint)
-    routes = {HIDDEN_HOST: (str(moto.hostname), int(moto.port or 80))}
-    with ForwardProxy(routes, tls=(cert_path, key_path), client_ca=client_cert) as proxy:
-        client = boto3.client(
-            "sqs",
-            endpoint_url=f"http://{HIDDEN_HOST}:{moto.port}",
-            region_name=REGION,
-            config=Config(proxies={"http": proxy.url}, retries={"max_attempts": 1}),
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-        with pytest.raises(botocore.exceptions.BotoCoreError):
-            client.list_queues()
-        assert proxy.forwarded["POST"] == 0
+    with pytest.raises(botocore.exceptions.BotoCoreError):
+        proxied_client(tls_proxy).list_queues()
+    assert tls_proxy.proxy.forwarded["POST"] == 0
