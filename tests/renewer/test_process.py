@@ -494,7 +494,8 @@ def test_a_role_assumed_through_a_profile_chosen_in_code_is_not_renewed_as_anoth
         stats = worker.run(until_idle=1.0)
     assert (stats.completed, stats.lost, stats.failed) == (3, 0, 0)
     [warning] = [r.getMessage() for r in caplog.records if "renewer" in r.getMessage()]
-    assert "a profile or role chosen in code" in warning and "someone-else" not in warning
+    assert "a profile or role chosen in code" in warning and "AWS_PROFILE" in warning
+    assert "someone-else" not in warning
 
 
 def test_a_role_the_renewer_process_assumes_too_is_renewed_there(

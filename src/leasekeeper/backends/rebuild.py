@@ -217,7 +217,7 @@ def _chain_problem(credentials: object, method: str) -> str | None:
             f"the client's AWS credentials ({method}) are not the ones this process's own "
             f"chain finds ({getattr(found, 'method', None) or 'others'}): a profile or role "
             "chosen in code, which the renewer process would not use (it would renew as "
-            "another identity)"
+            "another identity); name the profile in AWS_PROFILE for it to use the same"
         )
     return None
 
