@@ -368,6 +368,20 @@ def no_aws_credentials_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> N
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
+def runs_three_jobs_in_a_thread_and_warns(
+    backend: SQSBackend, caplog: pytest.LogCaptureFixture
+) -> str:
+    """A default ``Worker`` on ``backend``, whose renewer process cannot start: it
+    renews in a thread, completes the queue's 3 jobs, and says why once (returned)."""
+    with caplog.at_level("WARNING", logger="leasekeeper"):
+        worker = Worker(backend, lambda message: None, concurrency=2, wait_seconds=1)
+        assert worker.manager.renewer.name == "thread"
+        stats = worker.run(until_idle=1.0)
+    assert (stats.completed, stats.lost, stats.failed) == (3, 0, 0)
+    [warning] = [r.getMessage() for r in caplog.records if "renewer" in r.getMessage()]
+    return warning
+
+
 def test_keys_given_in_code_only_reach_the_renewer_process(
     moto_endpoint: str,
     queue_url: str,
@@ -430,12 +444,7 @@ def test_credentials_refreshed_by_a_provider_built_in_code_keep_the_worker_on_a_
     backend = SQSBackend(client, queue_url)
     with pytest.raises(ConfigError, match="sts-refresh-of-my-own"):
         LeaseManager(backend, visibility_timeout=30, renewer="process")
-    with caplog.at_level("WARNING", logger="leasekeeper"):
-        worker = Worker(backend, lambda message: None, concurrency=2, wait_seconds=1)
-        assert worker.manager.renewer.name == "thread"
-        stats = worker.run(until_idle=1.0)
-    assert (stats.completed, stats.lost, stats.failed) == (3, 0, 0)
-    [warning] = [r.getMessage() for r in caplog.records if "renewer" in r.getMessage()]
+    warning = runs_three_jobs_in_a_thread_and_warns(backend, caplog)
     assert len(warning.splitlines()) == 2 and warning.count("could not start") == 1
     assert "sts-refresh-of-my-own" in warning and "holds the GIL" in warning
     assert "spark" not in warning.lower()
@@ -488,12 +497,7 @@ def test_a_role_assumed_through_a_profile_chosen_in_code_is_not_renewed_as_anoth
     backend = SQSBackend(client, queue_url)
     with pytest.raises(ConfigError, match=rf"\(assume-role\).*\({chain}\).*another identity"):
         LeaseManager(backend, visibility_timeout=30, renewer="process")
-    with caplog.at_level("WARNING", logger="leasekeeper"):
-        worker = Worker(backend, lambda message: None, concurrency=2, wait_seconds=1)
-        assert worker.manager.renewer.name == "thread"
-        stats = worker.run(until_idle=1.0)
-    assert (stats.completed, stats.lost, stats.failed) == (3, 0, 0)
-    [warning] = [r.getMessage() for r in caplog.records if "renewer" in r.getMessage()]
+    warning = runs_three_jobs_in_a_thread_and_warns(backend, caplog)
     assert "a profile or role chosen in code" in warning and "AWS_PROFILE" in warning
     assert "someone-else" not in warning
 

@@ -25,6 +25,8 @@ from leasekeeper.backends._credentials import aws_configuration, aws_credentials
 from leasekeeper.backends.urls import redact_url
 
 __all__ = [
+    "PROXY_CLIENT_KEY",
+    "PROXY_SETTINGS",
     "azure_credentials_given",
     "azure_secrets",
     "azure_settings",
@@ -105,18 +107,22 @@ def sqs_settings(client: Any) -> dict[str, Any]:
     }
 
 
+# botocore's ``Config(proxies_config=...)``, one factory option each: the CA bundle
+# and client certificate (and its key, where given apart) for a TLS proxy, and
+# forwarding (``schemes.sqs`` gives them back).
+PROXY_SETTINGS = ("proxy_ca_bundle", "proxy_client_cert", "proxy_use_forwarding_for_https")
+PROXY_CLIENT_KEY = "proxy_client_key"
+
+
 def _proxy_settings(proxies_config: object) -> dict[str, Any]:
     """The factory options of botocore's ``proxies_config``: a TLS proxy's CA bundle
     and client certificate (a (certificate, key) pair as two options), forwarding."""
     if not isinstance(proxies_config, Mapping):
         return {}
-    settings = {
-        name: proxies_config.get(name)
-        for name in ("proxy_ca_bundle", "proxy_client_cert", "proxy_use_forwarding_for_https")
-    }
+    settings = {name: proxies_config.get(name) for name in PROXY_SETTINGS}
     cert = settings["proxy_client_cert"]
     if isinstance(cert, (tuple, list)) and len(cert) == 2:  # (cert, key)
-        settings["proxy_client_cert"], settings["proxy_client_key"] = cert
+        settings["proxy_client_cert"], settings[PROXY_CLIENT_KEY] = cert
     return settings
 
 

@@ -31,6 +31,7 @@ from leasekeeper.backends._credentials import (
     missing_variables,
     mns_no_credentials,
 )
+from leasekeeper.backends.rebuild import PROXY_CLIENT_KEY, PROXY_SETTINGS
 from leasekeeper.backends.urls import parse_url
 from leasekeeper.clock import Clock
 from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
@@ -215,11 +216,6 @@ def sqs(
 
 
 _SQS_KEYS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
-# botocore's ``Config(proxies_config=...)``, one option each: the CA bundle and client
-# certificate (and its key, where given apart) for a TLS proxy, and forwarding.
-_PROXY_SETTINGS = ("proxy_ca_bundle", "proxy_client_cert", "proxy_use_forwarding_for_https")
-_PROXY_CLIENT_KEY = "proxy_client_key"
-
 _SQS_CLIENT_OPTIONS = frozenset(
     {
         *_SQS_KEYS,
@@ -230,8 +226,8 @@ _SQS_CLIENT_OPTIONS = frozenset(
         "max_pool_connections",
         "http_proxy",
         "https_proxy",
-        *_PROXY_SETTINGS,
-        _PROXY_CLIENT_KEY,
+        *PROXY_SETTINGS,
+        PROXY_CLIENT_KEY,
     }
 )
 
@@ -316,11 +312,11 @@ def _sqs_config(options: dict[str, Any]) -> dict[str, Any]:
     }
     if proxies:
         settings["proxies"] = proxies
-    proxies_config = {name: options[name] for name in _PROXY_SETTINGS if options.get(name)}
-    if options.get(_PROXY_CLIENT_KEY) and proxies_config.get("proxy_client_cert"):
+    proxies_config = {name: options[name] for name in PROXY_SETTINGS if options.get(name)}
+    if options.get(PROXY_CLIENT_KEY) and proxies_config.get("proxy_client_cert"):
         proxies_config["proxy_client_cert"] = (
             proxies_config["proxy_client_cert"],
-            options[_PROXY_CLIENT_KEY],
+            options[PROXY_CLIENT_KEY],
         )
     if proxies_config:
         settings["proxies_config"] = proxies_config
