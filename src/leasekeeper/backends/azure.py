@@ -81,6 +81,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
     ) from _exc
 
 from leasekeeper.backends._credentials import azure_credentials_problem
+from leasekeeper.backends.azure_identity import REBUILT_CREDENTIALS
 from leasekeeper.backends.cloud import CloudBackend, ThreadClients
 from leasekeeper.backends.contract import Handle, Message, Outcome, OutcomeKind
 from leasekeeper.backends.rebuild import (
@@ -386,11 +387,21 @@ class AzureQueueBackend(CloudBackend):
         given = azure_credentials_given(self.queue_client)
         if given is None:
             kind = type(getattr(self.queue_client, "credential", None)).__name__
+            if kind in REBUILT_CREDENTIALS:
+                return (
+                    f"the Azure credential is a {kind} given settings in code that another "
+                    "process's would not have (a tenant, a resource id, a credential left "
+                    "out...): it would renew as another identity; make it from the "
+                    "environment (AZURE_CLIENT_ID, AZURE_TENANT_ID...) or with a client "
+                    "id only"
+                )
             return (
                 f"the Azure credential is a {kind} built in this process, which another "
                 "process cannot rebuild"
             )
-        return None if given else azure_credentials_problem(self.account_url)
+        if given or getattr(self.queue_client, "credential", None) is not None:
+            return None  # a key or SAS token sent to it, or a credential the spec names
+        return azure_credentials_problem(self.account_url)
 
     def secret_options(self) -> dict[str, Any]:
         """The account key or SAS token the queue client holds: to the renewer only."""

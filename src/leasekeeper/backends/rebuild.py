@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from leasekeeper.backends._credentials import aws_configuration, aws_credentials_problem
+from leasekeeper.backends.azure_identity import credential_options
 from leasekeeper.backends.urls import redact_url
 
 __all__ = [
@@ -55,19 +56,6 @@ _AWS_CHAIN_METHODS = frozenset(
         "custom-process",
         "boto-config",
         "ec2-credentials-file",
-    }
-)
-
-
-# azure-identity's credentials that find their secret where the other process finds
-# it too (its environment, the machine's identity, the signed-in CLI).
-_AZURE_FOUND_AGAIN = frozenset(
-    {
-        "DefaultAzureCredential",
-        "ManagedIdentityCredential",
-        "EnvironmentCredential",
-        "WorkloadIdentityCredential",
-        "AzureCliCredential",
     }
 )
 
@@ -290,7 +278,9 @@ def mns_secrets(provider: Any) -> dict[str, Any]:
 def azure_settings(queue_client: Any) -> dict[str, Any]:
     """The Azure factory's options for the queue client's retries, timeouts, proxies
     given in code (with their password: a spec drops it, ``azure_secrets`` sends it
-    to the renewer process) and TLS verification (when not the default)."""
+    to the renewer process), TLS verification (when not the default) and its
+    azure-identity credential (its class, and a user-assigned identity's client id:
+    ``leasekeeper.backends.azure_identity``)."""
     config = getattr(queue_client, "_config", None)
     retry = getattr(config, "retry_policy", None)
     connection = getattr(getattr(config, "transport", None), "connection_config", None)
@@ -301,6 +291,7 @@ def azure_settings(queue_client: Any) -> dict[str, Any]:
         "read_timeout": getattr(connection, "read_timeout", None),
         "connection_verify": transport.get("connection_verify"),
         **_proxies(transport.get("proxies")),
+        **(credential_options(getattr(queue_client, "credential", None)) or {}),
     }
 
 
@@ -324,8 +315,9 @@ def azure_transport_options(queue_client: Any) -> dict[str, Any]:
 def azure_credentials_given(queue_client: Any) -> dict[str, Any] | None:
     """The Azure factory's secret options for the queue client's credential: an
     account key (given as such or in a connection string), a SAS token (in its URL
-    or as an AzureSasCredential); ``{}`` for a token credential, which the other
-    process makes its own of (azure-identity); None for none it can send."""
+    or as an AzureSasCredential); ``{}`` for none, or for an azure-identity
+    credential the other process makes one like (``azure_settings`` names it);
+    None for one it cannot have."""
     credential = getattr(queue_client, "credential", None)
     key = getattr(credential, "account_key", None)
     if isinstance(key, str) and key:
@@ -336,9 +328,7 @@ def azure_credentials_given(queue_client: Any) -> dict[str, Any] | None:
     sas = str(getattr(queue_client, "url", "")).partition("?")[2]
     if sas:
         return {"sas_token": sas}
-    if credential is None:
-        return {}
-    if type(credential).__name__ in _AZURE_FOUND_AGAIN:
+    if credential is None or credential_options(credential) is not None:
         return {}
     return None
 

@@ -412,6 +412,8 @@ def azure(
     http_proxy: str | None = None,
     https_proxy: str | None = None,
     connection_verify: bool | str | None = None,
+    credential: str | None = None,
+    client_id: str | None = None,
 ) -> AzureQueueBackend:
     """Azure Storage Queue: ``azure://<account>/<queue>``, or ``azure:///<queue>`` for
     the account of ``AZURE_STORAGE_CONNECTION_STRING``.
@@ -426,9 +428,22 @@ def azure(
     given here come first (and are never put in the spec). ``retry_total``,
     ``connection_timeout``, ``read_timeout``, ``http_proxy``, ``https_proxy`` and
     ``connection_verify`` (False, or a CA bundle's path): the queue client's.
+    ``credential`` names an azure-identity credential to use instead of the
+    environment's key or connection string (``DefaultAzureCredential``,
+    ``ManagedIdentityCredential``, ``WorkloadIdentityCredential``,
+    ``EnvironmentCredential``, ``AzureCliCredential``), made with the user-assigned
+    identity ``client_id`` where one is given: a spec names the credential the
+    client was built with.
     """
     from leasekeeper.backends.azure import AzureQueueBackend
     from leasekeeper.backends.spec import SECRET_KEYS
+
+    token = None if credential is None else _azure_token_credential(credential, client_id)
+    if client_id is not None and credential is None:
+        raise ValueError(
+            "client_id is a user-assigned identity's for the credential named by "
+            "credential=, and none is named"
+        )
 
     parsed = parse_url(
         url,
@@ -463,9 +478,11 @@ def azure(
     conn = connection_string
     matches = env_conn and (account is None or _connection_account(env_conn) in (account, None))
     given = account_key or sas_token
-    if conn is None and account_url is None and matches and not given:
+    if conn is None and account_url is None and matches and not given and token is None:
         conn = env_conn
     if conn is not None:
+        if token is not None and not given:
+            settings["credential"] = token
         client = QueueClient.from_connection_string(conn, queue, **settings)
     else:
         if account_url is None and account is None:
@@ -477,21 +494,42 @@ def azure(
                 )
             )
         account_url = account_url or f"https://{account}.queue.core.windows.net"
-        credential: Any = sas_token or None
-        key = account_key or (None if given else os.environ.get("AZURE_STORAGE_ACCOUNT_KEY"))
-        if credential is None and not key:
-            credential = os.environ.get("AZURE_STORAGE_SAS_TOKEN") or None
-        if credential is None and key:
+        secret: Any = sas_token or None
+        from_env = not given and token is None  # a credential named comes before them
+        key = account_key or (os.environ.get("AZURE_STORAGE_ACCOUNT_KEY") if from_env else None)
+        if secret is None and not key and from_env:
+            secret = os.environ.get("AZURE_STORAGE_SAS_TOKEN") or None
+        if secret is None and key:
             name = account or account_url.split("//", 1)[-1].split(".", 1)[0]
-            credential = {"account_name": name, "account_key": key}
-        if credential is None and env_conn:
+            secret = {"account_name": name, "account_key": key}
+        if secret is None and env_conn and from_env:
             client = QueueClient.from_connection_string(env_conn, queue, **settings)
         else:
-            if credential is None:  # a ConfigError naming the variables without azure-identity
-                credential = azure_default_credential(account_url)
-            client = QueueClient(account_url, queue, credential=credential, **settings)
+            if secret is None:  # a ConfigError naming the variables without azure-identity
+                secret = token if token is not None else azure_default_credential(account_url)
+            client = QueueClient(account_url, queue, credential=secret, **settings)
     margin: dict[str, Any] = {} if expiry_margin is None else {"expiry_margin": expiry_margin}
     return AzureQueueBackend(client, clock=clock, max_lease_age=max_lease_age, **margin)
+
+
+def _azure_token_credential(name: str, client_id: str | None) -> Any:
+    """azure-identity's credential ``name`` (one of ``REBUILT_CREDENTIALS``), for
+    the user-assigned identity ``client_id`` where given."""
+    from leasekeeper.backends.azure_identity import REBUILT_CREDENTIALS, make_credential
+
+    if name not in REBUILT_CREDENTIALS:
+        raise ValueError(
+            f"credential={name!r} is not one of azure-identity's credentials a queue URL "
+            f"can name: {', '.join(sorted(REBUILT_CREDENTIALS))}"
+        )
+    try:
+        import azure.identity
+    except ImportError:
+        raise ConfigError(
+            f"credential={name!r} names an azure-identity credential, and azure-identity "
+            "is not installed here: pip install azure-identity"
+        ) from None
+    return make_credential(getattr(azure.identity, name), client_id)
 
 
 def memory(url: str, **options: Any) -> MemoryQueue:
