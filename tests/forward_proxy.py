@@ -11,11 +11,15 @@ import http.client
 import ssl
 import threading
 from collections import Counter
+from collections.abc import Callable
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
+
+Answer = tuple[int, dict[str, str], bytes]
 
 _HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "proxy-authorization"}
 
@@ -25,15 +29,20 @@ class ForwardProxy:
     ``proxy.url`` to configure a client with, ``proxy.forwarded`` counts the
     requests it forwarded by method. ``tls``: (certificate, key) files, for a proxy
     that clients reach over TLS (``https://``); ``client_ca``: the CA whose client
-    certificates it requires there."""
+    certificates it requires there. ``answer_first``: called with each request's
+    headers; an (status, headers, body) it returns is the answer, and the request
+    goes no further (``proxy.refused`` counts them)."""
 
     def __init__(
         self,
         routes: dict[str, tuple[str, int]],
         tls: tuple[Path, Path] | None = None,
         client_ca: Path | None = None,
+        answer_first: Callable[[Message], Answer | None] | None = None,
     ) -> None:
         self.routes = routes
+        self.answer_first = answer_first
+        self.refused = 0  # requests answer_first answered
         self.forwarded: Counter[str] = Counter()
         self._counts_lock = threading.Lock()  # guards forwarded
         proxy = self
@@ -51,6 +60,17 @@ class ForwardProxy:
                 body = self.rfile.read(length) if length else None
                 if route is None:
                     self.send_error(502, f"no route to {target.hostname}")
+                    return
+                own = proxy.answer_first(self.headers) if proxy.answer_first else None
+                if own is not None:  # the service behind it would answer so (a gateway's rule)
+                    status, extra, data = own
+                    with proxy._counts_lock:
+                        proxy.refused += 1
+                    self.send_response(status)
+                    for name, value in {**extra, "Content-Length": str(len(data))}.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
                     return
                 headers = {
                     k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP | {"host"}

@@ -5,6 +5,7 @@ through a host only the proxy knows, so a renewer that went direct could not ren
 
 from __future__ import annotations
 
+from email.message import Message
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -15,7 +16,7 @@ from leasekeeper import LeaseManager
 from leasekeeper.backends.azure import AzureQueueBackend
 from leasekeeper.backends.spec import renewal_spec
 from tests.azure.settings import ACCOUNT, KEY
-from tests.forward_proxy import ForwardProxy
+from tests.forward_proxy import Answer, ForwardProxy
 from tests.helpers import renewed_twice_then_completed
 
 HIDDEN_HOST = "azurite.invalid"  # resolves nowhere: reached through the proxy only
@@ -27,6 +28,21 @@ def no_proxy_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name.lower(), raising=False)
     for name in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_KEY"):
         monkeypatch.delenv(name, raising=False)
+
+
+def renews_a_job(backend: AzureQueueBackend, renewer: str) -> None:
+    """Send a job and receive it: ``renewer`` renews its 2 s lease twice, and it
+    completes, with nothing lost."""
+    backend.send("job")
+    manager = LeaseManager(
+        backend, renewer=renewer, visibility_timeout=2, timer_interval=0.2, minimal_life=0.5
+    )
+    try:
+        manager.start()
+        [message] = backend.receive(max_messages=1, visibility_timeout=2)
+        renewed_twice_then_completed(manager, message)
+    finally:
+        manager.close()
 
 
 @pytest.mark.parametrize(
@@ -54,17 +70,8 @@ def test_a_proxy_given_in_code_carries_the_renewals(
         assert options["http_proxy"] == shown
         assert options["connection_verify"] is False
         assert "s3cret" not in repr(backend.spec()) + repr(renewal_spec(backend))
-        backend.send("job")
-        manager = LeaseManager(
-            backend, renewer=renewer, visibility_timeout=2, timer_interval=0.2, minimal_life=0.5
-        )
-        try:
-            manager.start()
-            [message] = backend.receive(max_messages=1, visibility_timeout=2)
-            updates_before = proxy.forwarded["PUT"]
-            renewed_twice_then_completed(manager, message)
-        finally:
-            manager.close()
+        updates_before = proxy.forwarded["PUT"]
+        renews_a_job(backend, renewer)
         # Update Message is a PUT: the renewals went through the proxy.
         assert proxy.forwarded["PUT"] - updates_before >= 2
         assert client.get_queue_properties().approximate_message_count == 0
@@ -103,3 +110,69 @@ def test_a_sibling_queue_is_reached_through_the_same_proxy(
         [message] = sibling.receive(max_messages=1, visibility_timeout=5)
         assert message.body == "dead"
         sibling.queue_client.delete_queue()
+
+
+STACK_VERSION = "2019-02-02"  # the newest Queue service version an Azure Stack Hub takes
+
+
+def stack_hub_refusal(headers: Message) -> Answer | None:
+    """Azure Stack Hub's answer to a request naming a service version newer than
+    its own: 400 InvalidHeaderValue. None for one it takes."""
+    if str(headers.get("x-ms-version", "")) <= STACK_VERSION:
+        return None
+    body = (
+        b'<?xml version="1.0" encoding="utf-8"?><Error><Code>InvalidHeaderValue</Code>'
+        b"<Message>The value for one of the HTTP headers is not in the correct format."
+        b"</Message><HeaderName>x-ms-version</HeaderName></Error>"
+    )
+    return 400, {"x-ms-error-code": "InvalidHeaderValue", "Content-Type": "application/xml"}, body
+
+
+@pytest.mark.parametrize("renewer", ["process", "thread"])
+def test_an_api_version_chosen_in_code_is_the_renewals_version(
+    azurite: str, queue_name: str, renewer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client made for an older service (``api_version=``, as Azure Stack Hub and
+    older emulators need) renews with that version in both renewers: the renewer
+    process's client is made with it too (the spec carries it), so the service
+    refuses none of the renewals."""
+    no_proxy_in_the_environment(monkeypatch)
+    port = int(urlsplit(azurite.split("QueueEndpoint=")[1].rstrip(";")).port or 0)
+    route = {HIDDEN_HOST: ("127.0.0.1", port)}
+    with ForwardProxy(route, answer_first=stack_hub_refusal) as stack:
+        client = QueueClient(
+            f"http://{HIDDEN_HOST}:{port}/{ACCOUNT}",
+            queue_name,
+            credential={"account_name": ACCOUNT, "account_key": KEY},
+            proxies={"http": stack.url},
+            api_version=STACK_VERSION,
+        )
+        backend = AzureQueueBackend(client)
+        assert dict(backend.spec().options)["api_version"] == STACK_VERSION
+        renews_a_job(backend, renewer)
+        assert stack.refused == 0
+        assert client.get_queue_properties().approximate_message_count == 0
+
+
+def test_the_stack_refuses_the_sdk_s_own_version(
+    azurite: str, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What lets the test above fail: a client left at the SDK's default version is
+    refused there. Its spec names no version, so an executor keeps its own SDK's
+    default."""
+    from azure.core.exceptions import HttpResponseError
+
+    no_proxy_in_the_environment(monkeypatch)
+    port = int(urlsplit(azurite.split("QueueEndpoint=")[1].rstrip(";")).port or 0)
+    with ForwardProxy({HIDDEN_HOST: ("127.0.0.1", port)}, answer_first=stack_hub_refusal) as stack:
+        client = QueueClient(
+            f"http://{HIDDEN_HOST}:{port}/{ACCOUNT}",
+            queue_name,
+            credential={"account_name": ACCOUNT, "account_key": KEY},
+            proxies={"http": stack.url},
+            retry_total=0,
+        )
+        assert "api_version" not in dict(AzureQueueBackend(client).spec().options)
+        with pytest.raises(HttpResponseError, match="InvalidHeaderValue"):
+            client.get_queue_properties()
+        assert stack.refused == 1

@@ -295,6 +295,19 @@ class AzureQueueError(ReceiveError):
         super().__init__(kind, detail, operation=operation, service="Azure queue")
 
 
+def _api_version_given(queue_client: QueueClient) -> str | None:
+    """The client's service API version where it was chosen in code (an older one
+    for Azure Stack Hub or an emulator), None where it is the SDK's default: a
+    spec pins only what the user pinned, so an executor with a newer SDK keeps its
+    own default."""
+    try:
+        from azure.storage.queue._serialize import get_api_version
+    except ImportError:  # an SDK that moved it: the version is always carried
+        return str(queue_client.api_version)
+    chosen = str(queue_client.api_version)
+    return None if chosen == get_api_version(None) else chosen
+
+
 class AzureQueueBackend(CloudBackend):
     """leasekeeper's backend for one Azure Storage queue.
 
@@ -418,6 +431,7 @@ class AzureQueueBackend(CloudBackend):
             {
                 "account_url": None if account_url == default else account_url,
                 "max_lease_age": self.max_lease_age if self._lease_age_given else None,
+                "api_version": _api_version_given(self.queue_client),
                 **azure_settings(self.queue_client),
             },
         )

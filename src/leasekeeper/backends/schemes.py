@@ -414,6 +414,7 @@ def azure(
     connection_verify: bool | str | None = None,
     credential: str | None = None,
     client_id: str | None = None,
+    api_version: str | None = None,
 ) -> AzureQueueBackend:
     """Azure Storage Queue: ``azure://<account>/<queue>``, or ``azure:///<queue>`` for
     the account of ``AZURE_STORAGE_CONNECTION_STRING``.
@@ -427,7 +428,8 @@ def azure(
     ``azure.identity.DefaultAzureCredential``. ``account_key`` or ``sas_token``
     given here come first (and are never put in the spec). ``retry_total``,
     ``connection_timeout``, ``read_timeout``, ``http_proxy``, ``https_proxy`` and
-    ``connection_verify`` (False, or a CA bundle's path): the queue client's.
+    ``connection_verify`` (False, or a CA bundle's path) and ``api_version`` (the
+    service version its requests name): the queue client's.
     ``credential`` names an azure-identity credential to use instead of the
     environment's key or connection string (``DefaultAzureCredential``,
     ``ManagedIdentityCredential``, ``WorkloadIdentityCredential``,
@@ -468,6 +470,7 @@ def azure(
             ("connection_timeout", connection_timeout),
             ("read_timeout", read_timeout),
             ("connection_verify", connection_verify),
+            ("api_version", api_version),
         )
         if value is not None
     }
