@@ -151,19 +151,26 @@ _SQS_OPERATIONS = {
 
 class SQSFaults(FaultHooks):
     """Answers the next call with a recorded SQS error, through botocore's
-    ``before-call`` event (the hook botocore's Stubber uses): no request is sent."""
+    ``before-call`` event (the hook botocore's Stubber uses): no request is sent.
+    The hook is registered at the first fault asked for: a client with a hook in
+    code renews in a thread (the renewer process's client would not have it), so
+    the tests that ask for none keep the renewer process they name."""
 
     kinds = ("lost", "retry", "fatal", "capped")
 
     def __init__(self, client: Any) -> None:
-        self._lock = threading.Lock()
+        self._client = client
+        self._lock = threading.Lock()  # guards _pending and _hooked
         self._pending: dict[str, deque[FaultKind]] = defaultdict(deque)
-        client.meta.events.register_first(
-            "before-call.sqs", self._answer, unique_id=f"contract-faults-{id(self)}"
-        )
+        self._hooked = False
 
     def fail_next(self, operation: Operation, kind: FaultKind) -> str:
         with self._lock:
+            if not self._hooked:
+                self._client.meta.events.register_first(
+                    "before-call.sqs", self._answer, unique_id=f"contract-faults-{id(self)}"
+                )
+                self._hooked = True
             self._pending[_SQS_OPERATIONS[operation]].append(kind)
         return _SQS_ANSWERS[kind][0]
 

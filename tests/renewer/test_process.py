@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -24,7 +25,8 @@ from leasekeeper.backends.sqs import SQSBackend
 from leasekeeper.observers import CallEvent, Observer
 from leasekeeper.testing import FaultyBackend, ManualClock
 from tests.core.test_lapses import hold_the_gil
-from tests.helpers import runs_three_jobs_in_a_thread_and_warns
+from tests.forward_proxy import ForwardProxy
+from tests.helpers import renewed_twice_then_completed, runs_three_jobs_in_a_thread_and_warns
 from tests.services import CHILD_ENV, make_client
 
 pytestmark = [pytest.mark.realtime, pytest.mark.slow]
@@ -693,3 +695,64 @@ def test_a_killed_worker_s_held_and_renewed_leases_all_come_back_at_once(
     got = drain_ids(moto_endpoint, queue_url, 20, timeout=12)
     took = time.monotonic() - killed
     assert got == set(held), f"{len(got)} of 20 back after {took:.1f}s"
+
+
+GATEWAY_KEY = "x-gateway-key"  # a header the service's gateway wants on every call
+
+
+def add_the_gateway_key(request: Any, **kwargs: Any) -> None:
+    request.headers[GATEWAY_KEY] = "k1"
+
+
+def refused_without_the_key(headers: Any) -> Any:
+    """The gateway: SQS's AccessDenied for a call without the header it wants."""
+    if headers.get(GATEWAY_KEY) == "k1":
+        return None
+    body = b'{"__type":"com.amazon.coral.service#AccessDeniedException","message":"no key"}'
+    return 403, {"Content-Type": "application/x-amz-json-1.0"}, body
+
+
+def test_a_hook_on_the_client_keeps_the_renewals_on_it_in_a_thread(
+    moto_endpoint: str, queue_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client whose calls a handler registered in code changes (here: a header a
+    gateway in front of the service wants) cannot be made again in the renewer
+    process, which would renew without it and be refused. ``auto`` renews in a
+    thread, on the client itself; ``renewer="process"`` refuses; the WARNING names
+    the handler's module."""
+    port = int(urlsplit(moto_endpoint).port or 0)
+    with ForwardProxy({"": ("127.0.0.1", port)}, answer_first=refused_without_the_key) as gate:
+        client = make_client(gate.url)
+        client.meta.events.register("before-sign.sqs", add_the_gateway_key)
+        backend = SQSBackend(client, queue_url)
+        problem = backend.credentials_problem()
+        assert problem is not None and "(tests.renewer.test_process)" in problem
+        with pytest.raises(ConfigError, match="event handlers registered in code"):
+            LeaseManager(backend, renewer="process").start()
+
+        fill(moto_endpoint, queue_url, 1)
+        manager = LeaseManager(
+            backend, renewer="auto", visibility_timeout=2, timer_interval=0.2, minimal_life=0.5
+        )
+        try:
+            manager.start()
+            assert manager.renewer.name == "thread"
+            [message] = backend.receive(max_messages=1, visibility_timeout=2)
+            renewed_twice_then_completed(manager, message)
+        finally:
+            manager.close()
+
+        fill(moto_endpoint, queue_url, 3)
+        caplog.clear()  # (the manager above said it too)
+        warning = runs_three_jobs_in_a_thread_and_warns(backend, caplog)
+        assert "event handlers registered in code" in warning
+        assert gate.refused == 0
+
+
+def test_the_gateway_refuses_a_call_without_the_key(moto_endpoint: str, queue_url: str) -> None:
+    """What lets the test above fail: a client without the handler is refused."""
+    port = int(urlsplit(moto_endpoint).port or 0)
+    with ForwardProxy({"": ("127.0.0.1", port)}, answer_first=refused_without_the_key) as gate:
+        with pytest.raises(Exception, match="AccessDenied"):
+            make_client(gate.url).get_queue_attributes(QueueUrl=queue_url)
+        assert gate.refused >= 1

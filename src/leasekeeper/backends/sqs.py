@@ -50,6 +50,7 @@ from leasekeeper.backends.sqs_http import (
     DeferredClient,
     LazyModule,
     LeanPath,
+    hooks_problem,
     lean_path,
     one_attempt_on,
     renewal_options,
@@ -324,7 +325,10 @@ class SQSBackend(CloudBackend):
         self._system_attribute_names = _supports_system_attribute_names(client)
 
     def credentials_problem(self) -> str | None:
-        return sqs_credentials_problem(self._client)
+        """Why the renewer process could not renew as this backend's client does: its
+        credentials (``sqs_credentials_problem``), or handlers on its events
+        (``hooks_problem``). None when it can."""
+        return sqs_credentials_problem(self._client) or hooks_problem(self._client)
 
     def secret_options(self) -> dict[str, Any]:
         """Keys given in code, a proxy's password: for the renewer process only (with

@@ -249,20 +249,47 @@ def foreign_hooks(events: Any) -> bool:
     """Does the client's event system call a handler botocore (or leasekeeper's SQS
     backend) did not register on the events of an SQS call? Reads botocore's
     handler table; anything unreadable counts as a foreign hook."""
+    return bool(foreign_hook_modules(events, HOT_OPERATIONS))
+
+
+# The calls the renewer process makes for the workers (a release is a visibility change).
+RENEWAL_OPERATIONS = (
+    "ChangeMessageVisibility",
+    "ChangeMessageVisibilityBatch",
+    "DeleteMessage",
+    "DeleteMessageBatch",
+)
+
+
+def foreign_hook_modules(events: Any, operations: Iterable[str]) -> list[str]:
+    """The modules of the handlers on the events of ``operations`` that botocore (or
+    leasekeeper's SQS backend) did not register, in order, each once;
+    ``["an unreadable handler table"]`` when botocore's table cannot be read."""
+    found: dict[str, None] = {}
     try:
         table = events._emitter._handlers
         for event in _CALL_EVENTS:
-            for module in _handler_modules(table.prefix_search(f"{event}.sqs.ReceiveMessage")):
-                if not module.startswith(_OWN_MODULES) or module.startswith(_FOREIGN_MODULES):
-                    return True
-            for operation in HOT_OPERATIONS - {"ReceiveMessage"}:
-                name = f"{event}.sqs.{operation}"
-                for module in _handler_modules(table.prefix_search(name)):
+            for operation in operations:
+                for module in _handler_modules(table.prefix_search(f"{event}.sqs.{operation}")):
                     if not module.startswith(_OWN_MODULES) or module.startswith(_FOREIGN_MODULES):
-                        return True
+                        found[module or "an unnamed handler"] = None
     except Exception:
-        return True
-    return False
+        return ["an unreadable handler table"]
+    return list(found)
+
+
+def hooks_problem(client: Any) -> str | None:
+    """Why another process's client would not make ``client``'s renewals as it does:
+    handlers registered on its events in code (a header a gateway wants, a Stubber),
+    which that client would not have. None when it has none."""
+    events = getattr(getattr(client, "meta", None), "events", None)
+    modules = foreign_hook_modules(events, RENEWAL_OPERATIONS)
+    if not modules:
+        return None
+    return (
+        f"the client calls event handlers registered in code ({', '.join(modules)}), "
+        "which another process's client would not: its renewals would be made without them"
+    )
 
 
 def parse_error(status: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
