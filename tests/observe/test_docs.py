@@ -38,9 +38,11 @@ NOT_API = {
     "leasekeeper.decorator",
     "leasekeeper.backends",
     # The backends' own plumbing, public to one another, not to users: the URL
-    # parser and entry points, the client read for another process, SQS's lean path.
+    # parser and entry points, the client read for another process (its Azure
+    # credential too), SQS's lean path.
     "leasekeeper.backends.urls",
     "leasekeeper.backends.rebuild",
+    "leasekeeper.backends.azure_identity",
     "leasekeeper.backends.sqs_http",
     "leasekeeper.backends.sigv4",
     "leasekeeper.backends.keepalive",

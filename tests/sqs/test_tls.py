@@ -208,3 +208,72 @@ def test_the_tls_proxy_refuses_a_client_without_its_certificate(tls_proxy: TLSPr
     with pytest.raises(botocore.exceptions.BotoCoreError):
         proxied_client(tls_proxy).list_queues()
     assert tls_proxy.proxy.forwarded["POST"] == 0
+
+
+class MutualTLS(NamedTuple):
+    gateway: ForwardProxy  # in front of moto: TLS, and a client certificate required
+    ca: str  # the gateway's certificate, for the client's verify=
+    client_cert: tuple[str, str]  # (certificate, key) files it accepts
+
+
+@pytest.fixture
+def mutual_tls(moto_endpoint: str, tmp_path: Path) -> Iterator[MutualTLS]:
+    """An endpoint that asks for a client certificate (a gateway terminating mutual
+    TLS in front of moto), as private SQS-compatible endpoints may."""
+    cert_path, key_path = self_signed(tmp_path)
+    (tmp_path / "client").mkdir()
+    client_cert, client_key = self_signed(tmp_path / "client")
+    moto = urlsplit(moto_endpoint)
+    route = {"": (str(moto.hostname), int(moto.port or 80))}  # every request: to moto
+    with ForwardProxy(route, tls=(cert_path, key_path), client_ca=client_cert) as gateway:
+        yield MutualTLS(gateway, str(cert_path), (str(client_cert), str(client_key)))
+
+
+def mutual_tls_client(mutual_tls: MutualTLS, client_cert: Any) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "sqs",
+        endpoint_url=mutual_tls.gateway.url,
+        region_name=REGION,
+        verify=mutual_tls.ca,
+        config=Config(client_cert=client_cert, retries={"mode": "standard", "max_attempts": 2}),
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+@pytest.mark.parametrize("form", ["pair", "one file"])
+def test_a_client_certificate_the_endpoint_asks_for_renews_in_the_renewer_process(
+    mutual_tls: MutualTLS, form: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client's ``client_cert`` (a (certificate, key) pair, or one file holding
+    both) reaches the renewer process, which shows it to the endpoint."""
+    for name, value in CHILD_ENV.items():
+        monkeypatch.setenv(name, value)
+    cert, key = mutual_tls.client_cert
+    given: Any = mutual_tls.client_cert
+    if form == "one file":
+        given = str(tmp_path / "both.pem")
+        Path(given).write_text(Path(cert).read_text() + Path(key).read_text())
+    client = mutual_tls_client(mutual_tls, given)
+    url = client.create_queue(QueueName=f"mutual-tls-{form.replace(' ', '-')}")["QueueUrl"]
+    client.send_message(QueueUrl=url, MessageBody="job")
+    backend = SQSBackend(client, url)
+    options = dict(backend.spec().options)
+    spec_cert = (options["client_cert"], options.get("client_key"))
+    assert spec_cert == ((cert, key) if form == "pair" else (given, None))
+    renews_in_the_renewer_process(backend)
+    # create, send, receive, two renewals and the delete, all shown the certificate
+    assert mutual_tls.gateway.forwarded["POST"] >= 5
+
+
+def test_the_endpoint_refuses_a_client_without_the_certificate(mutual_tls: MutualTLS) -> None:
+    """What makes the test above able to fail: a client without ``client_cert`` (the
+    renewer process's, made from a spec without it) gets nowhere."""
+    import botocore.exceptions
+
+    with pytest.raises(botocore.exceptions.BotoCoreError):
+        mutual_tls_client(mutual_tls, None).list_queues()
+    assert mutual_tls.gateway.forwarded["POST"] == 0

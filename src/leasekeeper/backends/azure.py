@@ -80,12 +80,10 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
         "pip install 'leasekeeper[azure]'"
     ) from _exc
 
-from leasekeeper.backends._credentials import azure_credentials_problem
-from leasekeeper.backends.azure_identity import REBUILT_CREDENTIALS
 from leasekeeper.backends.cloud import CloudBackend, ThreadClients
 from leasekeeper.backends.contract import Handle, Message, Outcome, OutcomeKind
 from leasekeeper.backends.rebuild import (
-    azure_credentials_given,
+    azure_renewal_problem,
     azure_secrets,
     azure_settings,
     azure_transport_options,
@@ -295,19 +293,6 @@ class AzureQueueError(ReceiveError):
         super().__init__(kind, detail, operation=operation, service="Azure queue")
 
 
-def _api_version_given(queue_client: QueueClient) -> str | None:
-    """The client's service API version where it was chosen in code (an older one
-    for Azure Stack Hub or an emulator), None where it is the SDK's default: a
-    spec pins only what the user pinned, so an executor with a newer SDK keeps its
-    own default."""
-    try:
-        from azure.storage.queue._serialize import get_api_version
-    except ImportError:  # an SDK that moved it: the version is always carried
-        return str(queue_client.api_version)
-    chosen = str(queue_client.api_version)
-    return None if chosen == get_api_version(None) else chosen
-
-
 class AzureQueueBackend(CloudBackend):
     """leasekeeper's backend for one Azure Storage queue.
 
@@ -395,26 +380,9 @@ class AzureQueueBackend(CloudBackend):
 
     def credentials_problem(self) -> str | None:
         """Why the renewer process could not have this queue's credential: one built
-        in this process that cannot be sent (a custom token credential), or none
-        given and none in the environment. None when it can."""
-        given = azure_credentials_given(self.queue_client)
-        if given is None:
-            kind = type(getattr(self.queue_client, "credential", None)).__name__
-            if kind in REBUILT_CREDENTIALS:
-                return (
-                    f"the Azure credential is a {kind} given settings in code that another "
-                    "process's would not have (a tenant, a resource id, a credential left "
-                    "out...): it would renew as another identity; make it from the "
-                    "environment (AZURE_CLIENT_ID, AZURE_TENANT_ID...) or with a client "
-                    "id only"
-                )
-            return (
-                f"the Azure credential is a {kind} built in this process, which another "
-                "process cannot rebuild"
-            )
-        if given or getattr(self.queue_client, "credential", None) is not None:
-            return None  # a key or SAS token sent to it, or a credential the spec names
-        return azure_credentials_problem(self.account_url)
+        in this process that cannot be sent or made the same there, or none given and
+        none in the environment. None when it can."""
+        return azure_renewal_problem(self.queue_client, self.account_url)
 
     def secret_options(self) -> dict[str, Any]:
         """The account key or SAS token the queue client holds: to the renewer only."""
@@ -431,7 +399,6 @@ class AzureQueueBackend(CloudBackend):
             {
                 "account_url": None if account_url == default else account_url,
                 "max_lease_age": self.max_lease_age if self._lease_age_given else None,
-                "api_version": _api_version_given(self.queue_client),
                 **azure_settings(self.queue_client),
             },
         )

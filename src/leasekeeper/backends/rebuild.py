@@ -21,14 +21,20 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from leasekeeper.backends._credentials import aws_configuration, aws_credentials_problem
-from leasekeeper.backends.azure_identity import credential_options
+from leasekeeper.backends._credentials import (
+    aws_configuration,
+    aws_credentials_problem,
+    azure_credentials_problem,
+)
+from leasekeeper.backends.azure_identity import REBUILT_CREDENTIALS, credential_options
 from leasekeeper.backends.urls import redact_url
 
 __all__ = [
+    "CLIENT_KEY",
     "PROXY_CLIENT_KEY",
     "PROXY_SETTINGS",
     "azure_credentials_given",
+    "azure_renewal_problem",
     "azure_secrets",
     "azure_settings",
     "azure_transport_options",
@@ -74,9 +80,9 @@ def _proxies(proxies: object) -> dict[str, str]:
 def sqs_settings(client: Any) -> dict[str, Any]:
     """The factory options (``leasekeeper.backends.schemes.sqs``) that make a client
     like ``client``: endpoint, region, retry mode and attempts, timeouts, pool
-    size, TLS verification, proxies and their TLS settings. The proxies keep their
-    password: a spec drops it (``public_options``), ``sqs_secrets`` sends it to the
-    renewer process."""
+    size, TLS verification and client certificate, proxies and their TLS settings.
+    The proxies keep their password: a spec drops it (``public_options``),
+    ``sqs_secrets`` sends it to the renewer process."""
     meta = getattr(client, "meta", None)
     config = getattr(meta, "config", None)
     retries = getattr(config, "retries", None)
@@ -92,6 +98,7 @@ def sqs_settings(client: Any) -> dict[str, Any]:
         "verify": _verify_setting(client),
         **_proxies(getattr(config, "proxies", None)),
         **_proxy_settings(getattr(config, "proxies_config", None)),
+        **_certificate(getattr(config, "client_cert", None), "client_cert", CLIENT_KEY),
     }
 
 
@@ -100,6 +107,9 @@ def sqs_settings(client: Any) -> dict[str, Any]:
 # forwarding (``schemes.sqs`` gives them back).
 PROXY_SETTINGS = ("proxy_ca_bundle", "proxy_client_cert", "proxy_use_forwarding_for_https")
 PROXY_CLIENT_KEY = "proxy_client_key"
+# botocore's ``Config(client_cert=...)``'s key, where it is a file of its own: the
+# factory option beside ``client_cert`` (a certificate the endpoint asks for).
+CLIENT_KEY = "client_key"
 
 
 def _proxy_settings(proxies_config: object) -> dict[str, Any]:
@@ -108,10 +118,16 @@ def _proxy_settings(proxies_config: object) -> dict[str, Any]:
     if not isinstance(proxies_config, Mapping):
         return {}
     settings = {name: proxies_config.get(name) for name in PROXY_SETTINGS}
-    cert = settings["proxy_client_cert"]
+    cert = settings.pop("proxy_client_cert")
+    return {**settings, **_certificate(cert, "proxy_client_cert", PROXY_CLIENT_KEY)}
+
+
+def _certificate(cert: object, cert_name: str, key_name: str) -> dict[str, Any]:
+    """A client certificate's factory options: ``{cert_name: path}``, or for a
+    (certificate, key) pair, the key's path as ``key_name`` too."""
     if isinstance(cert, (tuple, list)) and len(cert) == 2:  # (cert, key)
-        settings["proxy_client_cert"], settings[PROXY_CLIENT_KEY] = cert
-    return settings
+        return {cert_name: cert[0], key_name: cert[1]}
+    return {cert_name: cert} if isinstance(cert, str) else {}
 
 
 def sqs_verify(client: Any) -> bool | str:
@@ -278,7 +294,8 @@ def mns_secrets(provider: Any) -> dict[str, Any]:
 def azure_settings(queue_client: Any) -> dict[str, Any]:
     """The Azure factory's options for the queue client's retries, timeouts, proxies
     given in code (with their password: a spec drops it, ``azure_secrets`` sends it
-    to the renewer process), TLS verification (when not the default) and its
+    to the renewer process), TLS verification and API version (when not the
+    defaults) and its
     azure-identity credential (its class, and a user-assigned identity's client id:
     ``leasekeeper.backends.azure_identity``)."""
     config = getattr(queue_client, "_config", None)
@@ -290,9 +307,24 @@ def azure_settings(queue_client: Any) -> dict[str, Any]:
         "connection_timeout": getattr(connection, "timeout", None),
         "read_timeout": getattr(connection, "read_timeout", None),
         "connection_verify": transport.get("connection_verify"),
+        "api_version": _api_version_given(queue_client),
         **_proxies(transport.get("proxies")),
         **(credential_options(getattr(queue_client, "credential", None)) or {}),
     }
+
+
+def _api_version_given(queue_client: Any) -> str | None:
+    """The client's service API version where it was chosen in code (an older one
+    for Azure Stack Hub or an emulator), None where it is the SDK's default: a spec
+    pins only what the user pinned, so an executor with a newer SDK keeps its own."""
+    chosen = getattr(queue_client, "api_version", None)
+    if not isinstance(chosen, str):
+        return None
+    try:
+        from azure.storage.queue._serialize import get_api_version
+    except ImportError:  # an SDK that moved it: the version is always carried
+        return chosen
+    return None if chosen == get_api_version(None) else chosen
 
 
 def azure_transport_options(queue_client: Any) -> dict[str, Any]:
@@ -331,6 +363,31 @@ def azure_credentials_given(queue_client: Any) -> dict[str, Any] | None:
     if credential is None or credential_options(credential) is not None:
         return {}
     return None
+
+
+def azure_renewal_problem(queue_client: Any, account_url: str) -> str | None:
+    """Why another process could not have the queue client's credential: one built
+    in this process that cannot be sent (a custom token credential) or made the
+    same there (azure-identity's, given other settings in code), or none given and
+    none in the environment. None when it can."""
+    given = azure_credentials_given(queue_client)
+    credential = getattr(queue_client, "credential", None)
+    kind = type(credential).__name__
+    if given is None and kind in REBUILT_CREDENTIALS:
+        return (
+            f"the Azure credential is a {kind} given settings in code that another "
+            "process's would not have (a tenant, a resource id, a credential left out...): "
+            "it would renew as another identity; make it from the environment "
+            "(AZURE_CLIENT_ID, AZURE_TENANT_ID...) or with a client id only"
+        )
+    if given is None:
+        return (
+            f"the Azure credential is a {kind} built in this process, which another "
+            "process cannot rebuild"
+        )
+    if given or credential is not None:
+        return None  # a key or SAS token sent to it, or a credential the spec names
+    return azure_credentials_problem(account_url)
 
 
 def azure_secrets(queue_client: Any) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from leasekeeper.backends._credentials import (
     missing_variables,
     mns_no_credentials,
 )
-from leasekeeper.backends.rebuild import PROXY_CLIENT_KEY, PROXY_SETTINGS
+from leasekeeper.backends.rebuild import CLIENT_KEY, PROXY_CLIENT_KEY, PROXY_SETTINGS
 from leasekeeper.backends.urls import parse_url
 from leasekeeper.clock import Clock
 from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
@@ -150,7 +150,9 @@ def sqs(
     ``max_pool_connections``, ``http_proxy`` and ``https_proxy``; a TLS proxy's
     ``proxy_ca_bundle``, ``proxy_client_cert`` (and ``proxy_client_key``, where the
     key is a file of its own) and ``proxy_use_forwarding_for_https``.
-    ``verify``: the client's TLS verification (False, or a CA bundle's path).
+    ``verify``: the client's TLS verification (False, or a CA bundle's path);
+    ``client_cert`` (and ``client_key``): the certificate it shows an endpoint that
+    asks for one.
     ``client_retries``, ``max_lease_age`` and ``fast_path``: ``SQSBackend``'s.
 
     ``defer_client`` (the renewer process's, from its worker): with fixed keys given,
@@ -228,6 +230,8 @@ _SQS_CLIENT_OPTIONS = frozenset(
         "https_proxy",
         *PROXY_SETTINGS,
         PROXY_CLIENT_KEY,
+        "client_cert",
+        CLIENT_KEY,
     }
 )
 
@@ -250,6 +254,7 @@ def _deferrable(where: dict[str, Any], options: dict[str, Any]) -> bool:
         and options.get("aws_access_key_id")
         and options.get("aws_secret_access_key")
         and not (options.get("http_proxy") or options.get("https_proxy"))
+        and not options.get("client_cert")  # (the lean path presents none)
         and (options.get("retry_mode") or "standard") == "standard"
     )
 
@@ -320,6 +325,9 @@ def _sqs_config(options: dict[str, Any]) -> dict[str, Any]:
         )
     if proxies_config:
         settings["proxies_config"] = proxies_config
+    if options.get("client_cert"):
+        cert = options["client_cert"]
+        settings["client_cert"] = (cert, options[CLIENT_KEY]) if options.get(CLIENT_KEY) else cert
     keys = {name: options[name] for name in _SQS_KEYS if options.get(name)}
     return {"config": Config(**settings), **keys}
 

@@ -20,8 +20,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-# The extra's SDK, found but not imported: botocore's exceptions are imported when a
-# call fails (the renewer process makes its calls on the lean path without botocore).
+# The SDK found, not imported: the renewer process's lean path renews without botocore.
 if any(importlib.util.find_spec(sdk) is None for sdk in ("botocore", "boto3")):
     raise ImportError(  # pragma: no cover - exercised in a subprocess by the tests
         "leasekeeper.backends.sqs needs boto3, which is not installed: "
@@ -325,9 +324,7 @@ class SQSBackend(CloudBackend):
         self._system_attribute_names = _supports_system_attribute_names(client)
 
     def credentials_problem(self) -> str | None:
-        """Why the renewer process could not renew as this backend's client does: its
-        credentials (``sqs_credentials_problem``), or handlers on its events
-        (``hooks_problem``). None when it can."""
+        """Why another process could not renew as the client does (None: it can)."""
         return sqs_credentials_problem(self._client) or hooks_problem(self._client)
 
     def secret_options(self) -> dict[str, Any]:
