@@ -6,10 +6,12 @@ through a host only the proxy knows, so a renewer that went direct could not ren
 from __future__ import annotations
 
 from email.message import Message
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from azure.core.exceptions import ServiceRequestError
 from azure.storage.queue import QueueClient
 
 from leasekeeper import LeaseManager
@@ -18,6 +20,7 @@ from leasekeeper.backends.spec import renewal_spec
 from tests.azure.settings import ACCOUNT, KEY
 from tests.forward_proxy import Answer, ForwardProxy
 from tests.helpers import renewed_twice_then_completed
+from tests.self_signed import self_signed
 
 HIDDEN_HOST = "azurite.invalid"  # resolves nowhere: reached through the proxy only
 
@@ -176,3 +179,43 @@ def test_the_stack_refuses_the_sdk_s_own_version(
         with pytest.raises(HttpResponseError, match="InvalidHeaderValue"):
             client.get_queue_properties()
         assert stack.refused == 1
+
+
+@pytest.mark.parametrize("renewer", ["process", "thread"])
+def test_a_client_certificate_the_account_asks_for_renews_in_both_renewers(
+    azurite: str, queue_name: str, renewer: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway in front of the account terminates mutual TLS: the client's
+    ``connection_cert`` (and ``connection_verify``, for the gateway's own
+    certificate) reach the per-thread clients and the renewer process's."""
+    no_proxy_in_the_environment(monkeypatch)
+    port = int(urlsplit(azurite.split("QueueEndpoint=")[1].rstrip(";")).port or 0)
+    cert, key = self_signed(tmp_path)
+    (tmp_path / "client").mkdir()
+    client_cert, client_key = self_signed(tmp_path / "client")
+    route = {"": ("127.0.0.1", port)}  # every request: to Azurite
+    with ForwardProxy(route, tls=(cert, key), client_ca=client_cert) as gateway:
+        client = QueueClient(
+            f"{gateway.url}/{ACCOUNT}",
+            queue_name,
+            credential={"account_name": ACCOUNT, "account_key": KEY},
+            connection_verify=str(cert),
+            connection_cert=(str(client_cert), str(client_key)),
+        )
+        backend = AzureQueueBackend(client)
+        options = dict(backend.spec().options)
+        assert (options["connection_cert"], options["connection_key"]) == (
+            str(client_cert),
+            str(client_key),
+        )
+        renews_a_job(backend, renewer)
+        assert gateway.forwarded["PUT"] >= 2  # the renewals (Update Message)
+        without = QueueClient(
+            f"{gateway.url}/{ACCOUNT}",
+            queue_name,
+            credential={"account_name": ACCOUNT, "account_key": KEY},
+            connection_verify=str(cert),
+            retry_total=0,
+        )
+        with pytest.raises(ServiceRequestError):  # what lets this test fail
+            without.get_queue_properties()

@@ -31,6 +31,7 @@ from leasekeeper.backends.urls import redact_url
 
 __all__ = [
     "CLIENT_KEY",
+    "CONNECTION_KEY",
     "PROXY_CLIENT_KEY",
     "PROXY_SETTINGS",
     "azure_credentials_given",
@@ -110,6 +111,7 @@ PROXY_CLIENT_KEY = "proxy_client_key"
 # botocore's ``Config(client_cert=...)``'s key, where it is a file of its own: the
 # factory option beside ``client_cert`` (a certificate the endpoint asks for).
 CLIENT_KEY = "client_key"
+CONNECTION_KEY = "connection_key"  # the same for an Azure client's ``connection_cert``
 
 
 def _proxy_settings(proxies_config: object) -> dict[str, Any]:
@@ -308,6 +310,7 @@ def azure_settings(queue_client: Any) -> dict[str, Any]:
         "read_timeout": getattr(connection, "read_timeout", None),
         "connection_verify": transport.get("connection_verify"),
         "api_version": _api_version_given(queue_client),
+        **_certificate(transport.get("connection_cert"), "connection_cert", CONNECTION_KEY),
         **_proxies(transport.get("proxies")),
         **(credential_options(getattr(queue_client, "credential", None)) or {}),
     }
@@ -329,18 +332,22 @@ def _api_version_given(queue_client: Any) -> str | None:
 
 def azure_transport_options(queue_client: Any) -> dict[str, Any]:
     """The ``QueueClient`` keywords that make another client reach the service as
-    ``queue_client`` does: its ``proxies`` and its ``connection_verify`` (False or
-    a CA bundle's path), where they are not the defaults. azure-core keeps them on
-    the client's proxy policy and transport."""
+    ``queue_client`` does: its ``proxies``, its ``connection_verify`` (False or a
+    CA bundle's path) and its ``connection_cert`` (a client certificate: a file, or
+    a (certificate, key) pair), where they are not the defaults. azure-core keeps
+    them on the client's proxy policy and transport."""
     config = getattr(queue_client, "_config", None)
     proxies = getattr(getattr(config, "proxy_policy", None), "proxies", None)
     connection = getattr(getattr(config, "transport", None), "connection_config", None)
     verify = getattr(connection, "verify", True)
+    cert = getattr(connection, "cert", None)
     options: dict[str, Any] = {}
     if isinstance(proxies, Mapping) and proxies:
         options["proxies"] = dict(proxies)
     if verify is False or isinstance(verify, str):
         options["connection_verify"] = verify
+    if isinstance(cert, str) or (isinstance(cert, (tuple, list)) and len(cert) == 2):
+        options["connection_cert"] = cert if isinstance(cert, str) else tuple(cert)
     return options
 
 

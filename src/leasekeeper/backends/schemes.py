@@ -423,6 +423,8 @@ def azure(
     credential: str | None = None,
     client_id: str | None = None,
     api_version: str | None = None,
+    connection_cert: str | None = None,
+    connection_key: str | None = None,
 ) -> AzureQueueBackend:
     """Azure Storage Queue: ``azure://<account>/<queue>``, or ``azure:///<queue>`` for
     the account of ``AZURE_STORAGE_CONNECTION_STRING``.
@@ -436,8 +438,10 @@ def azure(
     ``azure.identity.DefaultAzureCredential``. ``account_key`` or ``sas_token``
     given here come first (and are never put in the spec). ``retry_total``,
     ``connection_timeout``, ``read_timeout``, ``http_proxy``, ``https_proxy`` and
-    ``connection_verify`` (False, or a CA bundle's path) and ``api_version`` (the
-    service version its requests name): the queue client's.
+    ``connection_verify`` (False, or a CA bundle's path), ``api_version`` (the
+    service version its requests name) and ``connection_cert`` (a client
+    certificate, with ``connection_key`` where the key is a file of its own): the
+    queue client's.
     ``credential`` names an azure-identity credential to use instead of the
     environment's key or connection string (``DefaultAzureCredential``,
     ``ManagedIdentityCredential``, ``WorkloadIdentityCredential``,
@@ -485,6 +489,10 @@ def azure(
     proxies = {scheme: url for scheme, url in (("http", http_proxy), ("https", https_proxy)) if url}
     if proxies:
         settings["proxies"] = proxies
+    if connection_cert:
+        settings["connection_cert"] = (
+            (connection_cert, connection_key) if connection_key else connection_cert
+        )
     env_conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
     conn = connection_string
     matches = env_conn and (account is None or _connection_account(env_conn) in (account, None))
