@@ -15,16 +15,17 @@ from collections.abc import Callable
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
+
+from tests.helpers import Served
 
 Answer = tuple[int, dict[str, str], bytes]
 
 _HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "proxy-authorization"}
 
 
-class ForwardProxy:
+class ForwardProxy(Served):
     """``with ForwardProxy({"queue.invalid": ("127.0.0.1", 10001)}) as proxy:``;
     ``proxy.url`` to configure a client with, ``proxy.forwarded`` counts the
     requests it forwarded by method. ``tls``: (certificate, key) files, for a proxy
@@ -112,15 +113,6 @@ class ForwardProxy:
             target=self._server.serve_forever, name="forward-proxy", daemon=True
         )
 
-    def __enter__(self) -> ForwardProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()

@@ -8,7 +8,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from leasekeeper import Handle, Outcome
 from leasekeeper.backends.base import ForwardingBackend
@@ -190,3 +190,40 @@ def runs_three_jobs_in_a_thread_and_warns(backend: Any, caplog: Any) -> str:
     assert (stats.completed, stats.lost, stats.failed) == (3, 0, 0)
     [warning] = [r.getMessage() for r in caplog.records if "renewer" in r.getMessage()]
     return str(warning)
+
+
+def renews_a_job(backend: Any, renewer: str, **receive_options: Any) -> None:
+    """Send a job to ``backend`` and receive it: ``renewer`` renews its 2 s lease
+    twice, and it completes, with nothing lost."""
+    from leasekeeper import LeaseManager
+
+    backend.send("job")
+    manager = LeaseManager(
+        backend, renewer=renewer, visibility_timeout=2, timer_interval=0.2, minimal_life=0.5
+    )
+    try:
+        manager.start()
+        [message] = backend.receive(max_messages=1, **receive_options)
+        renewed_twice_then_completed(manager, message)
+    finally:
+        manager.close()
+
+
+class Served:
+    """A test server its daemon thread (``_thread``) runs from the start of a
+    ``with`` block (which gives the server) to its end (``close``)."""
+
+    _thread: threading.Thread
+
+    def __enter__(self: ServedT) -> ServedT:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+ServedT = TypeVar("ServedT", bound=Served)

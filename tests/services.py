@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -253,10 +253,20 @@ def redis_server_binary() -> str | None:
     return shutil.which("redis-server")
 
 
+class RedisServer(NamedTuple):
+    url: str  # redis://127.0.0.1:PORT/0
+    socket: str  # the same server's unix socket
+
+
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Redis server on a free 127.0.0.1 port, without persistence; yields its
-    URL (``redis://127.0.0.1:PORT/0``) and stops it."""
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real Redis server on a free 127.0.0.1 port and a unix socket, without
+    persistence; yields where it listens and stops it."""
     import redis
 
     binary = redis_server_binary()
@@ -276,6 +286,10 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 "",
                 "--dir",
                 str(location),
+                "--unixsocket",
+                str(location / "redis.sock"),
+                "--unixsocketperm",
+                "700",
             ],
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -293,7 +307,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     pytest.fail(f"{binary} did not start on 127.0.0.1:{port}:\n{output}")
                 time.sleep(0.05)
         assert tuple(int(p) for p in version.split(".")[:2]) >= (6, 2), version
-        yield f"redis://127.0.0.1:{port}/0"
+        yield RedisServer(f"redis://127.0.0.1:{port}/0", str(location / "redis.sock"))
     finally:
         client.close()
         proc.terminate()

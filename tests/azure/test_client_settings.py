@@ -14,12 +14,11 @@ import pytest
 from azure.core.exceptions import ServiceRequestError
 from azure.storage.queue import QueueClient
 
-from leasekeeper import LeaseManager
 from leasekeeper.backends.azure import AzureQueueBackend
 from leasekeeper.backends.spec import renewal_spec
 from tests.azure.settings import ACCOUNT, KEY
 from tests.forward_proxy import Answer, ForwardProxy
-from tests.helpers import renewed_twice_then_completed
+from tests.helpers import renews_a_job
 from tests.self_signed import self_signed
 
 HIDDEN_HOST = "azurite.invalid"  # resolves nowhere: reached through the proxy only
@@ -31,21 +30,6 @@ def no_proxy_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name.lower(), raising=False)
     for name in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_KEY"):
         monkeypatch.delenv(name, raising=False)
-
-
-def renews_a_job(backend: AzureQueueBackend, renewer: str) -> None:
-    """Send a job and receive it: ``renewer`` renews its 2 s lease twice, and it
-    completes, with nothing lost."""
-    backend.send("job")
-    manager = LeaseManager(
-        backend, renewer=renewer, visibility_timeout=2, timer_interval=0.2, minimal_life=0.5
-    )
-    try:
-        manager.start()
-        [message] = backend.receive(max_messages=1, visibility_timeout=2)
-        renewed_twice_then_completed(manager, message)
-    finally:
-        manager.close()
 
 
 @pytest.mark.parametrize(
@@ -74,7 +58,7 @@ def test_a_proxy_given_in_code_carries_the_renewals(
         assert options["connection_verify"] is False
         assert "s3cret" not in repr(backend.spec()) + repr(renewal_spec(backend))
         updates_before = proxy.forwarded["PUT"]
-        renews_a_job(backend, renewer)
+        renews_a_job(backend, renewer, visibility_timeout=2)
         # Update Message is a PUT: the renewals went through the proxy.
         assert proxy.forwarded["PUT"] - updates_before >= 2
         assert client.get_queue_properties().approximate_message_count == 0
@@ -152,7 +136,7 @@ def test_an_api_version_chosen_in_code_is_the_renewals_version(
         )
         backend = AzureQueueBackend(client)
         assert dict(backend.spec().options)["api_version"] == STACK_VERSION
-        renews_a_job(backend, renewer)
+        renews_a_job(backend, renewer, visibility_timeout=2)
         assert stack.refused == 0
         assert client.get_queue_properties().approximate_message_count == 0
 
@@ -208,7 +192,7 @@ def test_a_client_certificate_the_account_asks_for_renews_in_both_renewers(
             str(client_cert),
             str(client_key),
         )
-        renews_a_job(backend, renewer)
+        renews_a_job(backend, renewer, visibility_timeout=2)
         assert gateway.forwarded["PUT"] >= 2  # the renewals (Update Message)
         without = QueueClient(
             f"{gateway.url}/{ACCOUNT}",

@@ -34,6 +34,7 @@ __all__ = [
     "CONNECTION_KEY",
     "PROXY_CLIENT_KEY",
     "PROXY_SETTINGS",
+    "REDIS_TLS_SETTINGS",
     "azure_credentials_given",
     "azure_renewal_problem",
     "azure_secrets",
@@ -42,6 +43,9 @@ __all__ = [
     "mns_credentials_given",
     "mns_renewal_problem",
     "mns_secrets",
+    "redis_renewal_problem",
+    "redis_secrets",
+    "redis_settings",
     "sqs_credentials_problem",
     "sqs_secrets",
     "sqs_settings",
@@ -403,3 +407,69 @@ def azure_secrets(queue_client: Any) -> dict[str, Any]:
     proxies = _proxies(azure_transport_options(queue_client).get("proxies"))
     secret_proxies = {name: url for name, url in proxies.items() if redact_url(url) != url}
     return {**(azure_credentials_given(queue_client) or {}), **secret_proxies}
+
+
+# redis-py's TLS settings another process's client needs to reach the server as the
+# client does: the CA it trusts, the certificate it shows, its checks. (The key's
+# password, ``ssl_password``, is a secret: ``redis_secrets``.)
+REDIS_TLS_SETTINGS = (
+    "ssl_ca_certs",
+    "ssl_ca_path",
+    "ssl_ca_data",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_cert_reqs",
+    "ssl_check_hostname",
+    "ssl_ciphers",
+)
+_CERT_REQS = {0: "none", 1: "optional", 2: "required"}  # ssl.VerifyMode's, by value
+_REDIS_CONNECTIONS = ("Connection", "SSLConnection", "UnixDomainSocketConnection")
+_REDIS_POOLS = ("ConnectionPool", "BlockingConnectionPool")
+
+
+def redis_settings(client: Any) -> dict[str, Any]:
+    """The Redis factory's options for what the client's URL cannot say: its unix
+    socket (``unix_socket_path``) and its TLS settings given in code."""
+    kwargs = _redis_connection_kwargs(client)
+    settings: dict[str, Any] = {}
+    if isinstance(kwargs.get("path"), str):
+        settings["unix_socket_path"] = kwargs["path"]
+    for name in REDIS_TLS_SETTINGS:
+        value = kwargs.get(name)
+        if name == "ssl_cert_reqs" and isinstance(value, int) and not isinstance(value, bool):
+            value = _CERT_REQS.get(int(value))
+        if isinstance(value, (str, bool)):
+            settings[name] = value
+    return settings
+
+
+def redis_secrets(client: Any) -> dict[str, Any]:
+    """The client's password and its key file's password: for the renewer process."""
+    kwargs = _redis_connection_kwargs(client)
+    return {name: kwargs[name] for name in ("password", "ssl_password") if kwargs.get(name)}
+
+
+def redis_renewal_problem(client: Any) -> str | None:
+    """Why another process could not connect as the Redis client does: credentials
+    from a provider built in this process (a token that refreshes), a connection or
+    pool class of its own (Sentinel's...). None when it can."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = _redis_connection_kwargs(client)
+    provider = kwargs.get("credential_provider")
+    connection = getattr(getattr(pool, "connection_class", None), "__name__", "")
+    if provider is not None:
+        return (
+            f"the Redis client's credentials come from a {type(provider).__name__} built in "
+            "this process, which another process cannot rebuild"
+        )
+    if connection not in _REDIS_CONNECTIONS or type(pool).__name__ not in _REDIS_POOLS:
+        return (
+            f"the Redis client connects through a {type(pool).__name__} of "
+            f"{connection or 'unknown'} connections, which a URL cannot describe"
+        )
+    return None
+
+
+def _redis_connection_kwargs(client: Any) -> Mapping[str, Any]:
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
+    return kwargs if isinstance(kwargs, Mapping) else {}

@@ -55,6 +55,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
 
 from leasekeeper.backends.cloud import CloudBackend
 from leasekeeper.backends.contract import Handle, Message, Outcome
+from leasekeeper.backends.rebuild import redis_renewal_problem, redis_secrets, redis_settings
 from leasekeeper.backends.shared import ErrorTable, chunked, clean_code, text_body
 from leasekeeper.backends.spec import URLSpec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
@@ -249,13 +250,19 @@ class RedisStreamsBackend(CloudBackend):
             f"{scheme}://{user}{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
             f"/{kwargs.get('db', 0)}?stream={self.stream}&group={self.group}"
             + (f"&client_name={quote(name, safe='')}" if name else ""),
-            {"visibility_timeout": self.max_visibility, "consumer": self._consumer},
+            {
+                "visibility_timeout": self.max_visibility,
+                "consumer": self._consumer,
+                **redis_settings(self.client),  # a unix socket, TLS given in code
+            },
         )
 
     def secret_options(self) -> dict[str, Any]:
-        """The client's password: for the renewer process only."""
-        password = self.client.connection_pool.connection_kwargs.get("password")
-        return {"password": password} if password else {}
+        """The client's password (and its key's): for the renewer process only."""
+        return redis_secrets(self.client)
+
+    def credentials_problem(self) -> str | None:
+        return redis_renewal_problem(self.client)
 
     def sibling(self, name: str, *, create: bool = True) -> RedisStreamsBackend:
         """The stream ``name`` on the same server, with a group of the same name and

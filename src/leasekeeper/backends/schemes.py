@@ -22,7 +22,7 @@ import os
 import re
 import sys
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from leasekeeper.backends._credentials import (
     AZURE_CONNECTION,
@@ -31,7 +31,12 @@ from leasekeeper.backends._credentials import (
     missing_variables,
     mns_no_credentials,
 )
-from leasekeeper.backends.rebuild import CLIENT_KEY, PROXY_CLIENT_KEY, PROXY_SETTINGS
+from leasekeeper.backends.rebuild import (
+    CLIENT_KEY,
+    PROXY_CLIENT_KEY,
+    PROXY_SETTINGS,
+    REDIS_TLS_SETTINGS,
+)
 from leasekeeper.backends.urls import parse_url
 from leasekeeper.clock import Clock
 from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
@@ -572,6 +577,9 @@ def redis(
     visibility_timeout: float = 30.0,
     clock: Clock | None = None,
     password: str | None = None,
+    unix_socket_path: str | None = None,
+    ssl_password: str | None = None,
+    **tls: Any,
 ) -> RedisStreamsBackend:
     """Redis Streams: ``redis://[user:password@]host:port/db?stream=S&group=G``
     (``rediss://`` over TLS; ``stream``, ``group``, ``consumer`` and
@@ -580,9 +588,16 @@ def redis(
     URL's, else ``REDIS_PASSWORD`` (and ``REDIS_USERNAME``) from the environment,
     if set: a spec carries none.
     Other query parameters are redis-py's connection options. ``consumer``,
-    ``visibility_timeout``: ``RedisStreamsBackend``'s."""
+    ``visibility_timeout``: ``RedisStreamsBackend``'s. ``unix_socket_path``: the
+    server's unix socket, instead of the URL's host and port. redis-py's TLS
+    options (``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``,
+    ``ssl_cert_reqs``...: ``rebuild.REDIS_TLS_SETTINGS``) and ``ssl_password`` (the
+    key's, never put in the spec) are the client's."""
     from leasekeeper.backends.redis import DEFAULT_GROUP, RedisStreamsBackend
 
+    unknown = sorted(set(tls) - set(REDIS_TLS_SETTINGS))
+    if unknown:
+        raise TypeError(f"redis(): unexpected option(s) {', '.join(unknown)}")
     parsed = parse_url(url, what="a Redis Streams URL")
     stream = stream or parsed.query.get("stream")
     if not stream:
@@ -594,13 +609,22 @@ def redis(
     kept = "&".join(p for p in query.split("&") if p.split("=")[0] not in ours)
     if "visibility_timeout" in parsed.query:  # a command line names its queue by URL alone
         visibility_timeout = float(parsed.query["visibility_timeout"])
-    options: dict[str, Any] = {"socket_timeout": 10.0}
+    options: dict[str, Any] = {"socket_timeout": 10.0, **tls}
+    if ssl_password:
+        options["ssl_password"] = ssl_password
+    if unix_socket_path:  # redis-py's own URL for it: unix://[user@]/path?db=N
+        user = f"{quote(parsed.username, safe='')}@" if parsed.username else ""
+        db = parsed.path[0] if parsed.path else "0"
+        base = f"unix://{user}{unix_socket_path}?db={db}"
+        if parsed.password and not password:
+            options["password"] = parsed.password
     if password:
         options["password"] = password
     elif not parsed.password and os.environ.get("REDIS_PASSWORD"):
         options["password"] = os.environ["REDIS_PASSWORD"]
         options["username"] = os.environ.get("REDIS_USERNAME") or None
-    client = redis_py.Redis.from_url(base + (f"?{kept}" if kept else ""), **options)
+    joiner = "&" if "?" in base else "?"
+    client = redis_py.Redis.from_url(base + (f"{joiner}{kept}" if kept else ""), **options)
     return RedisStreamsBackend(
         client,
         stream,

@@ -72,6 +72,7 @@ SECRET_OPTIONS = frozenset(
         "account_key",
         "sas_token",
         "password",
+        "ssl_password",
     }
 )
 # Secrets a connection string may carry: they must not travel in a spec.
