@@ -41,10 +41,10 @@ docs/backend-semantics.md):
 Threads: a ``QueueClient`` sends through one azure-core ``RequestsTransport``,
 which says of itself that it is not thread-safe. So extend, delete and release go
 through a client per thread (``ThreadClients``), built from the given client's
-URL, credential and API version (or by ``client_factory``), with the SDK's own
-retries off and short network timeouts. The client you pass is used only for
-``receive`` and ``send``, one request at a time, so your message encode and decode
-policies and encryption settings apply.
+URL, credential, API version, proxies, TLS verification and client certificate (or
+by ``client_factory``), with the SDK's own retries off and short network timeouts.
+The client you pass is used only for ``receive`` and ``send``, one request at a
+time, so your message encode and decode policies and encryption settings apply.
 
 Errors are mapped by ``classify_error`` on the service's error code. ``Outcome.detail``
 never carries the service's message text: an error about the pop receipt quotes
@@ -301,9 +301,10 @@ class AzureQueueBackend(CloudBackend):
     ``azure.storage.queue.QueueClient``; it is used for ``receive`` and ``send`` (so
     its message encode and decode policies decide how bodies travel). Extends,
     deletes and releases go through one client per thread, made by
-    ``client_factory()`` when given (use it to carry proxy, retry or transport
-    settings), otherwise from ``queue_client``'s URL, credential and API version
-    with the SDK's retries off and short network timeouts. ``max_lease_age`` given:
+    ``client_factory()`` when given (use it to carry a transport of your own),
+    otherwise from ``queue_client``'s URL, credential, API version, proxies, TLS
+    verification and client certificate, with the SDK's retries off and short
+    network timeouts. ``max_lease_age`` given:
     a cap counted from the receive as well as the message's expiry.
 
     ``receive`` takes up to 32 messages a call, hidden for ``visibility_timeout``
