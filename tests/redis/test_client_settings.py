@@ -3,10 +3,12 @@ thread: one that reaches its server by a unix socket, one that speaks TLS to a
 server whose certificate only it trusts and shows a client certificate. The
 renewer process makes its own client from ``backend.spec()``, which carries what
 a ``redis://`` URL cannot say; a client whose credentials come from a provider
-built in code keeps the workers on the thread renewer."""
+built in code, or that checks certificates by OCSP, keeps the workers on the
+thread renewer."""
 
 from __future__ import annotations
 
+import ssl
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +19,11 @@ import pytest
 
 import redis
 from leasekeeper import ConfigError, LeaseManager
-from leasekeeper.backends.rebuild import redis_secrets, redis_settings
+from leasekeeper.backends.rebuild import redis_renewal_problem, redis_secrets, redis_settings
 from leasekeeper.backends.redis import RedisStreamsBackend
 from leasekeeper.backends.spec import public_options
 from tests.helpers import renews_a_job
-from tests.self_signed import self_signed
+from tests.self_signed import issued_by_a_private_ca, self_signed
 from tests.services import RedisServer
 from tests.tls_terminator import TLSTerminator
 
@@ -100,6 +102,109 @@ def test_the_front_end_refuses_a_client_without_those_settings(tls_front: TLSFro
     with pytest.raises(redis.exceptions.ConnectionError):
         tls_client(tls_front, ssl_ca_certs=str(tls_front.ca)).ping()  # no certificate
     assert tls_front.front.accepted == 0
+
+
+@pytest.fixture
+def pinned_front(redis_url: str, tmp_path: Path) -> Iterator[tuple[TLSTerminator, Path]]:
+    """The server behind a TLS front end whose certificate a private CA issued and
+    threw away: a client trusts it only by pinning the certificate itself."""
+    cert, key = issued_by_a_private_ca(tmp_path)
+    port = int(urlsplit(redis_url).port or 0)
+    with TLSTerminator(("127.0.0.1", port), (cert, key)) as front:
+        yield front, cert
+
+
+def pinning_client(front: TLSTerminator, cert: Path, **settings: Any) -> redis.Redis:
+    return redis.Redis(
+        host="127.0.0.1",
+        port=front.port,
+        ssl=True,
+        socket_timeout=5,
+        ssl_ca_certs=str(cert),
+        **settings,
+    )
+
+
+@pytest.mark.parametrize("renewer", ["process", "thread"])
+def test_a_pinned_certificate_renews_in_the_renewer_process(
+    pinned_front: tuple[TLSTerminator, Path], stream: str, renewer: str
+) -> None:
+    """The client trusts the server's own certificate (``VERIFY_X509_PARTIAL_CHAIN``
+    among its verify flags) and asks for TLS 1.2 at least: the spec names both, so
+    the renewer process's client trusts it too."""
+    front, cert = pinned_front
+    client = pinning_client(
+        front,
+        cert,
+        ssl_include_verify_flags=[ssl.VERIFY_X509_PARTIAL_CHAIN],
+        ssl_min_version=ssl.TLSVersion.TLSv1_2,
+    )
+    backend = RedisStreamsBackend(client, stream, "g", visibility_timeout=2)
+    options = dict(backend.spec().options)
+    assert options["ssl_include_verify_flags"] == "VERIFY_X509_PARTIAL_CHAIN"
+    assert options["ssl_min_version"] == "TLSv1_2"
+    renews_a_job(backend, renewer)
+    assert client.xlen(stream) == 0
+
+
+def test_without_the_flag_the_pinned_certificate_is_refused(
+    pinned_front: tuple[TLSTerminator, Path],
+) -> None:
+    """What lets the test above fail: the same client without the flag gets nowhere."""
+    front, cert = pinned_front
+    with pytest.raises(redis.exceptions.ConnectionError, match="certificate verify failed"):
+        pinning_client(front, cert).ping()
+    assert front.accepted == 0
+
+
+def test_the_renewer_s_client_gets_the_tls_enums_back(
+    pinned_front: tuple[TLSTerminator, Path], stream: str
+) -> None:
+    """A spec holds names; the client the renewer process builds from it holds what
+    redis-py was given (a combined flag split into its members), and connects."""
+    front, cert = pinned_front
+    client = pinning_client(
+        front,
+        cert,
+        ssl_min_version=ssl.TLSVersion.TLSv1_3,
+        ssl_include_verify_flags=[ssl.VERIFY_X509_PARTIAL_CHAIN],
+        ssl_exclude_verify_flags=[ssl.VERIFY_X509_STRICT | ssl.VERIFY_CRL_CHECK_LEAF],
+    )
+    spec = RedisStreamsBackend(client, stream, "g").spec()
+    assert dict(spec.options)["ssl_exclude_verify_flags"] == (
+        "VERIFY_CRL_CHECK_LEAF,VERIFY_X509_STRICT"
+    )
+    rebuilt = spec.build()
+    assert isinstance(rebuilt, RedisStreamsBackend)
+    kwargs = rebuilt.client.connection_pool.connection_kwargs
+    assert kwargs["ssl_min_version"] is ssl.TLSVersion.TLSv1_3
+    assert kwargs["ssl_exclude_verify_flags"] == [
+        ssl.VerifyFlags.VERIFY_CRL_CHECK_LEAF,
+        ssl.VerifyFlags.VERIFY_X509_STRICT,
+    ]
+    assert rebuilt.client.ping()
+    rebuilt.client.close()
+    with pytest.raises(ValueError, match="'TLSv9' is not one of ssl's names"):
+        type(spec)(spec.url, (*spec.options, ("ssl_min_version", "TLSv9"))).build()
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"ssl_validate_ocsp": True},
+        {"ssl_validate_ocsp_stapled": True},
+        {"ssl_ocsp_expected_cert": "-----BEGIN CERTIFICATE-----"},
+    ],
+)
+def test_checks_by_ocsp_are_a_renewal_problem(setting: dict[str, Any]) -> None:
+    """A renewer process would not check the server's certificate by OCSP as the
+    client does (it would accept a revoked one), so the client's backend names it
+    as its renewal problem: ``renewer="process"`` refuses, ``auto`` renews in a
+    thread (both as for the credential provider below)."""
+    client = redis.Redis(ssl=True, **setting)
+    problem = redis_renewal_problem(client)
+    assert problem is not None and f"by OCSP ({next(iter(setting))})" in problem
+    assert redis_renewal_problem(redis.Redis(ssl=True)) is None
 
 
 def test_a_key_s_password_reaches_only_the_renewer_process() -> None:

@@ -46,6 +46,7 @@ __all__ = [
     "redis_renewal_problem",
     "redis_secrets",
     "redis_settings",
+    "redis_tls_value",
     "sqs_credentials_problem",
     "sqs_secrets",
     "sqs_settings",
@@ -421,8 +422,20 @@ REDIS_TLS_SETTINGS = (
     "ssl_cert_reqs",
     "ssl_check_hostname",
     "ssl_ciphers",
+    "ssl_min_version",
+    "ssl_include_verify_flags",
+    "ssl_exclude_verify_flags",
 )
 _CERT_REQS = {0: "none", 1: "optional", 2: "required"}  # ssl.VerifyMode's, by value
+_VERIFY_FLAG_LISTS = ("ssl_include_verify_flags", "ssl_exclude_verify_flags")
+# Checks by OCSP: its context is an object of this process, and the renewer process
+# left without them would accept a revoked certificate the worker refuses.
+_REDIS_OCSP_SETTINGS = (
+    "ssl_validate_ocsp",
+    "ssl_validate_ocsp_stapled",
+    "ssl_ocsp_context",
+    "ssl_ocsp_expected_cert",
+)
 _REDIS_CONNECTIONS = ("Connection", "SSLConnection", "UnixDomainSocketConnection")
 _REDIS_POOLS = ("ConnectionPool", "BlockingConnectionPool")
 
@@ -435,12 +448,43 @@ def redis_settings(client: Any) -> dict[str, Any]:
     if isinstance(kwargs.get("path"), str):
         settings["unix_socket_path"] = kwargs["path"]
     for name in REDIS_TLS_SETTINGS:
-        value = kwargs.get(name)
-        if name == "ssl_cert_reqs" and isinstance(value, int) and not isinstance(value, bool):
-            value = _CERT_REQS.get(int(value))
+        value = _redis_tls_text(name, kwargs.get(name))
         if isinstance(value, (str, bool)):
             settings[name] = value
     return settings
+
+
+def _redis_tls_text(name: str, value: Any) -> Any:
+    """A TLS setting as a spec carries it: an enum by its name (``ssl_min_version``
+    "TLSv1_3"), a list of verify flags as their names joined by commas."""
+    import ssl
+
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if name == "ssl_cert_reqs" and isinstance(value, int):
+        return _CERT_REQS.get(int(value))
+    if name == "ssl_min_version" and isinstance(value, ssl.TLSVersion):
+        return value.name
+    if name in _VERIFY_FLAG_LISTS and isinstance(value, (list, tuple)):
+        named = [flag for flag in ssl.VerifyFlags if flag and any(flag & v for v in value)]
+        return ",".join(str(flag.name) for flag in named)
+    return None
+
+
+def redis_tls_value(name: str, text: Any) -> Any:
+    """A TLS setting from a spec, as redis-py takes it: ``_redis_tls_text`` undone."""
+    import ssl
+
+    if not isinstance(text, str):
+        return text
+    try:
+        if name == "ssl_min_version":
+            return ssl.TLSVersion[text]
+        if name in _VERIFY_FLAG_LISTS:
+            return [ssl.VerifyFlags[flag] for flag in text.split(",") if flag]
+    except KeyError as unknown:
+        raise ValueError(f"{name}: {unknown.args[0]!r} is not one of ssl's names") from None
+    return text
 
 
 def redis_secrets(client: Any) -> dict[str, Any]:
@@ -451,8 +495,8 @@ def redis_secrets(client: Any) -> dict[str, Any]:
 
 def redis_renewal_problem(client: Any) -> str | None:
     """Why another process could not connect as the Redis client does: credentials
-    from a provider built in this process (a token that refreshes), a connection or
-    pool class of its own (Sentinel's...). None when it can."""
+    from a provider built in this process (a token that refreshes), checks by OCSP,
+    a connection or pool class of its own (Sentinel's...). None when it can."""
     pool = getattr(client, "connection_pool", None)
     kwargs = _redis_connection_kwargs(client)
     provider = kwargs.get("credential_provider")
@@ -461,6 +505,12 @@ def redis_renewal_problem(client: Any) -> str | None:
         return (
             f"the Redis client's credentials come from a {type(provider).__name__} built in "
             "this process, which another process cannot rebuild"
+        )
+    ocsp = [name for name in _REDIS_OCSP_SETTINGS if kwargs.get(name)]
+    if ocsp:
+        return (
+            f"the Redis client checks its server's certificate by OCSP ({', '.join(ocsp)}), "
+            "which the renewer process would not do"
         )
     if connection not in _REDIS_CONNECTIONS or type(pool).__name__ not in _REDIS_POOLS:
         return (

@@ -36,6 +36,7 @@ from leasekeeper.backends.rebuild import (
     PROXY_CLIENT_KEY,
     PROXY_SETTINGS,
     REDIS_TLS_SETTINGS,
+    redis_tls_value,
 )
 from leasekeeper.backends.urls import parse_url
 from leasekeeper.clock import Clock
@@ -609,7 +610,8 @@ def redis(
     kept = "&".join(p for p in query.split("&") if p.split("=")[0] not in ours)
     if "visibility_timeout" in parsed.query:  # a command line names its queue by URL alone
         visibility_timeout = float(parsed.query["visibility_timeout"])
-    options: dict[str, Any] = {"socket_timeout": 10.0, **tls}
+    options: dict[str, Any] = {"socket_timeout": 10.0}
+    options.update((name, redis_tls_value(name, value)) for name, value in tls.items())
     if ssl_password:
         options["ssl_password"] = ssl_password
     if unix_socket_path:  # redis-py's own URL for it: unix://[user@]/path?db=N
