@@ -28,11 +28,13 @@ from benchmarks.common import (
     MOTO_ENV,
     BenchResult,
     Context,
+    CountingHandler,
     Row,
     fmt,
     moto_server,
     run_child,
     sqs_client,
+    wait_completed,
 )
 
 NAME = "sqs_path"
@@ -90,9 +92,10 @@ def worker_trial(endpoint: str, variant: str, jobs: int) -> dict[str, Any]:
     renewer, path = variant.split("+")
     cpu0 = _cpu()
     backend = SQSBackend(client, url, fast_path=path == "lean")
+    handler = CountingHandler(jobs)
     worker = Worker(
         backend,
-        lambda message: None,
+        handler,
         concurrency=CONCURRENCY,
         batch_size=10,
         wait_seconds=1,
@@ -101,9 +104,7 @@ def worker_trial(endpoint: str, variant: str, jobs: int) -> dict[str, Any]:
     )
     t0 = time.monotonic()
     worker.start()
-    give_up = t0 + 300
-    while worker.stats.completed < jobs and time.monotonic() < give_up:
-        time.sleep(0.01)
+    wait_completed(worker, handler, timeout=300)
     took = time.monotonic() - t0
     worker.stop(timeout=30)
     return {

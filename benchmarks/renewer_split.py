@@ -19,7 +19,7 @@ import os
 import time
 
 from benchmarks.bench_sqs_path import _fill
-from benchmarks.common import MOTO_ENV, moto_server, sqs_client
+from benchmarks.common import MOTO_ENV, CountingHandler, moto_server, sqs_client, wait_completed
 
 IDLE_SECONDS = 5.0
 
@@ -53,9 +53,10 @@ def main() -> None:
     with moto_server() as endpoint:
         url = _fill(endpoint, jobs)
         backend = SQSBackend(sqs_client(endpoint), url)
+        handler = CountingHandler(jobs)
         worker = Worker(
             backend,
-            lambda message: None,
+            handler,
             concurrency=8,
             batch_size=10,
             wait_seconds=1,
@@ -68,8 +69,7 @@ def main() -> None:
         started = cpu_seconds(child) if child else 0.0
         switches = (context_switches(child) if child else 0, context_switches(me))
         mine, begun, done_before = time.process_time(), time.monotonic(), worker.stats.completed
-        while worker.stats.completed < jobs:
-            time.sleep(0.05)
+        wait_completed(worker, handler, timeout=600)
         took = time.monotonic() - begun
         counted = jobs - done_before
         ran = (cpu_seconds(child) - started) if child else 0.0

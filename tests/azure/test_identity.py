@@ -34,7 +34,11 @@ from leasekeeper.backends.azure_identity import credential_options, identity_of
 from leasekeeper.backends.schemes import azure as azure_factory
 from leasekeeper.errors import ConfigError
 from tests.azure.settings import ACCOUNT, KEY
-from tests.helpers import renewed_twice_then_completed, runs_three_jobs_in_a_thread_and_warns
+from tests.helpers import (
+    Served,
+    renewed_twice_then_completed,
+    runs_three_jobs_in_a_thread_and_warns,
+)
 from tests.self_signed import self_signed
 from tests.services import azurite_answers, free_port, running_azurite
 
@@ -50,7 +54,7 @@ def _jwt(claims: dict[str, Any]) -> str:
     return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}.unsigned"
 
 
-class IdentityEndpoint:
+class IdentityEndpoint(Served):
     """App Service's managed identity endpoint for a machine whose only identity is
     user-assigned: tokens for ``WORKER_IDENTITY``'s client id, a refusal otherwise.
     ``asked`` lists the client id of every request (None: none given)."""
@@ -103,7 +107,6 @@ class IdentityEndpoint:
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="identity-endpoint", daemon=True
         )
-        self._thread.start()
 
     def close(self) -> None:
         self._server.shutdown()
@@ -149,13 +152,10 @@ def identity_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[IdentityEndpo
         "MSI_SECRET",
     ):
         monkeypatch.delenv(name, raising=False)
-    endpoint = IdentityEndpoint()
-    monkeypatch.setenv("IDENTITY_ENDPOINT", endpoint.url)
-    monkeypatch.setenv("IDENTITY_HEADER", "identity-header")
-    try:
+    with IdentityEndpoint() as endpoint:
+        monkeypatch.setenv("IDENTITY_ENDPOINT", endpoint.url)
+        monkeypatch.setenv("IDENTITY_HEADER", "identity-header")
         yield endpoint
-    finally:
-        endpoint.close()
 
 
 def queue_with(
