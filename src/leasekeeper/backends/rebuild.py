@@ -18,6 +18,7 @@ queue.
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import Mapping
 from typing import Any
 
@@ -457,8 +458,6 @@ def redis_settings(client: Any) -> dict[str, Any]:
 def _redis_tls_text(name: str, value: Any) -> Any:
     """A TLS setting as a spec carries it: an enum by its name (``ssl_min_version``
     "TLSv1_3"), a list of verify flags as their names joined by commas."""
-    import ssl
-
     if value is None or isinstance(value, (str, bool)):
         return value
     if name == "ssl_cert_reqs" and isinstance(value, int):
@@ -473,8 +472,6 @@ def _redis_tls_text(name: str, value: Any) -> Any:
 
 def redis_tls_value(name: str, text: Any) -> Any:
     """A TLS setting from a spec, as redis-py takes it: ``_redis_tls_text`` undone."""
-    import ssl
-
     if not isinstance(text, str):
         return text
     try:
