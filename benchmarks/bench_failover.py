@@ -5,7 +5,8 @@ Visibility 2 s, timer_interval 0.5 s; target <= visibility + timer_interval.
 For each real backend that exists in this checkout (``leasekeeper.backends.sqs``
 against a moto server, ``.azure`` against Azurite from ``node_modules``, ``.mns``
 against ``leasekeeper.testing.mns_server``): a worker *process* receives the
-message, registers it with a LeaseManager and holds it; for 3 s the parent polls
+message, registers it with a LeaseManager (the thread renewer; a renewer process's
+failover is measure 8) and holds it; for 3 s the parent polls
 the queue and must not get the message (renewal works); then the parent SIGKILLs
 the worker and polls until the message is received again. Backends not in the
 checkout are reported "not yet available".
@@ -61,8 +62,14 @@ class Unavailable(Exception):
 
 
 def _manager(backend: Backend | None = None) -> LeaseManager:
+    # The thread renewer: its failover waits out the lease, which is what this
+    # measure bounds (a renewer process releases at once: measure 8).
     return LeaseManager(
-        backend, visibility_timeout=VISIBILITY, timer_interval=TIMER, minimal_life=MINIMAL_LIFE
+        backend,
+        renewer="thread",
+        visibility_timeout=VISIBILITY,
+        timer_interval=TIMER,
+        minimal_life=MINIMAL_LIFE,
     )
 
 

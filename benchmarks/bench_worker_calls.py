@@ -42,7 +42,7 @@ def old_loop(backend: Any, jobs: int) -> int:
 
     from leasekeeper import LeaseManager
 
-    manager = LeaseManager(backend, visibility_timeout=30)
+    manager = LeaseManager(backend, renewer="thread", visibility_timeout=30)
     slots = threading.Condition()
     running = 0
     done = 0

@@ -54,7 +54,7 @@ class LeaseManager:
     """Keeps registered messages invisible until they are completed or released.
 
     ``LeaseManager(backend=None, config=None, *, on_lost=None, clock=None,
-    renewer="thread", **fields)``: keyword ``fields`` are a shortcut for
+    renewer="auto", **fields)``: keyword ``fields`` are a shortcut for
     ``config=LeaseConfig(**fields)``. ``backend`` is the queue ``receive()`` reads
     from; a manager renews messages of any backend, and naming one checks the
     config against its limits up front. ``on_lost(lease, reason)`` is called (from a
@@ -65,10 +65,11 @@ class LeaseManager:
     ``"process"`` (a child process of its own - see docs/guide.md, "Choosing a
     renewer": a handler holding the GIL does not stop renewals, and when this process
     dies its leases are released at once; it needs a ``backend`` with ``spec()`` and
-    the system clock), ``"auto"`` (the process where it can run, else the thread,
-    with a warning when a renewer process failed to start - what ``Worker`` uses),
-    or a ``leasekeeper.Renewer`` you built (then give it the config and clock, not
-    the manager).
+    the system clock), ``"auto"`` (the default, as for ``Worker``: the process where
+    it can run, else the thread - always for a backend that cannot be rebuilt, a
+    ``ManualClock``, an ``executor`` or a ``jitter_seed`` - with a warning when a
+    renewer process failed to start), or a ``leasekeeper.Renewer`` you built (then
+    give it the config and clock, not the manager).
 
     ``queues``: the other queues whose messages it renews, beside ``backend`` (a
     multi-queue worker's; only a renewer process needs to be told: it rebuilds every
@@ -95,7 +96,7 @@ class LeaseManager:
         clock: Clock | None = None,
         jitter_seed: int | None = None,
         executor: Executor | None = None,
-        renewer: RenewerChoice | Renewer = "thread",
+        renewer: RenewerChoice | Renewer = "auto",
         dead_letter: Backend | str | None = None,
         queues: Sequence[Backend] = (),
         **config_fields: Any,

@@ -24,8 +24,14 @@ def main() -> None:
         os.environ["AZURE_STORAGE_CONNECTION_STRING"], os.environ["AZURE_QUEUE_NAME"]
     )
     backend = AzureQueueBackend(client)
+    # The thread renewer: the test bounds a failover that waits out the lease (a
+    # renewer process releases at once, tests/renewer).
     manager = LeaseManager(
-        backend, visibility_timeout=visibility, timer_interval=tick, minimal_life=0.5
+        backend,
+        renewer="thread",
+        visibility_timeout=visibility,
+        timer_interval=tick,
+        minimal_life=0.5,
     )
     messages = backend.receive(wait_seconds=20, visibility_timeout=visibility)
     if not messages:

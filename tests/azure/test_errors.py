@@ -306,6 +306,7 @@ def test_every_outcome_kind_reaches_the_manager(
     reasons: list[str] = []
     with LeaseManager(
         raising,
+        renewer="thread",  # the clients client_factory makes are this process's
         visibility_timeout=3,
         timer_interval=0.2,
         minimal_life=0.5,

@@ -81,7 +81,8 @@ def test_delete_during_an_in_flight_update_uses_the_new_receipt(
     [message] = backend.receive(visibility_timeout=2)
     slow.armed.set()
     timing = {**TIMING, "extend_threshold": 1.6}
-    with LeaseManager(backend, **timing) as manager:  # type: ignore[arg-type]
+    # The thread renewer: the extends go through this process's client_factory.
+    with LeaseManager(backend, renewer="thread", **timing) as manager:  # type: ignore[arg-type]
         lease = manager.register(message)
         assert slow.entered.wait(5), "no extend was sent"
         # The update is applied server-side: the receipt the lease holds is dead now.
@@ -156,7 +157,12 @@ def test_fifty_parallel_extends_all_succeed(
     # Each extend has 3 s to come back: 50 at once from a loaded machine's Azurite
     # took over a second (a 1 s threshold lapsed them, as it should, with a warning).
     with LeaseManager(
-        backend, visibility_timeout=6, extend_threshold=3.0, timer_interval=0.2, minimal_life=0.5
+        backend,
+        renewer="thread",  # its extends go through this process's client_factory
+        visibility_timeout=6,
+        extend_threshold=3.0,
+        timer_interval=0.2,
+        minimal_life=0.5,
     ) as m:
         leases = [m.register(msg) for msg in messages]
         deadline = time.monotonic() + 30

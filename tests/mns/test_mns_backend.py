@@ -782,6 +782,7 @@ def test_two_hundred_leases_renewed_in_parallel_without_sharing_a_client(
     # for a second by other load does not turn into lapses.
     manager = LeaseManager(
         backend,
+        renewer="thread",  # the recorder watches this process's clients
         visibility_timeout=4,
         timer_interval=0.2,
         minimal_life=0.5,

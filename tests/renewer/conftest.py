@@ -9,6 +9,7 @@ in production: the fixture puts the local services' dummy credentials there.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 from leasekeeper import Lease, LeaseManager
 from tests.azure.settings import KEY as AZURITE_KEY
 from tests.contract.conftest import Subject, made_subject
-from tests.services import CHILD_ENV, MNS_ACCESS_ID, MNS_ACCESS_KEY
+from tests.services import CHILD_ENV, MNS_ACCESS_ID, MNS_ACCESS_KEY, make_client
 
 CLOUD = ("sqs-moto", "mns-local", "azure-azurite")
 RENEWERS = ("thread", "process")
@@ -61,6 +62,17 @@ def renewer_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", AZURITE_KEY)
     monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
     monkeypatch.delenv("AZURE_STORAGE_SAS_TOKEN", raising=False)
+
+
+@pytest.fixture
+def queue_url(moto_endpoint: str, renewer_env: None) -> Iterator[str]:
+    """A fresh SQS queue on moto (30 s visibility timeout), deleted afterwards."""
+    admin = make_client(moto_endpoint)
+    url: str = admin.create_queue(
+        QueueName=f"renewer-{uuid.uuid4().hex[:12]}", Attributes={"VisibilityTimeout": "30"}
+    )["QueueUrl"]
+    yield url
+    admin.delete_queue(QueueUrl=url)
 
 
 @pytest.fixture(params=[(s, r) for s in CLOUD for r in RENEWERS], ids=lambda p: f"{p[0]}-{p[1]}")

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,16 +29,6 @@ from tests.helpers import renewed_twice_then_completed, runs_three_jobs_in_a_thr
 from tests.services import CHILD_ENV, make_client
 
 pytestmark = [pytest.mark.realtime, pytest.mark.slow]
-
-
-@pytest.fixture
-def queue_url(moto_endpoint: str, renewer_env: None) -> Iterator[str]:
-    admin = make_client(moto_endpoint)
-    url: str = admin.create_queue(
-        QueueName=f"renewer-{uuid.uuid4().hex[:12]}", Attributes={"VisibilityTimeout": "30"}
-    )["QueueUrl"]
-    yield url
-    admin.delete_queue(QueueUrl=url)
 
 
 def fill(endpoint: str, url: str, n: int) -> None:

@@ -92,7 +92,7 @@ def test_invariants_hold_behind_a_proxy_failing_30_percent_of_visibility_calls(
         client = make_client(proxy.url) if settings == "recommended" else None
         client = client or boto3_default_client(proxy.url)
         backend = SQSBackend(client, url, fast_path=path == "lean")
-        manager = LeaseManager(backend, on_lost=on_lost, **TIMING)
+        manager = LeaseManager(backend, on_lost=on_lost, renewer="thread", **TIMING)
 
         def handler(message: Message) -> None:
             job = int(str(message.body))

@@ -9,7 +9,8 @@ deletes nothing. A competing consumer in a process of its own (it polls on while
 this process is frozen) receives through the same proxy and keeps what it gets.
 
 A handler holds the GIL for 3.5 s at a 2 s visibility timeout, so no renewal can
-run: every lease's deadline passes, and the competitor takes the messages. Checked,
+run in this process (the thread renewer's, chosen here: a renewer process would go
+on renewing): every lease's deadline passes, and the competitor takes the messages. Checked,
 as a user would: every such lease ends lost and its handler is told (LeaseLost),
 none is reported completed, nothing is deleted from under the competitor, and
 leasekeeper did not even try (the proxy saw no delete, and no late extend whose
@@ -84,7 +85,7 @@ def test_leases_starved_by_a_gil_holder_end_lost_and_delete_nothing(
     ids = send_jobs(moto_endpoint, url, 5)
     reports = Reports()
     backend = SQSBackend(make_client(real_sqs.url), url)
-    manager = LeaseManager(backend, on_lost=reports, **TIMING)
+    manager = LeaseManager(backend, on_lost=reports, renewer="thread", **TIMING)
     with Competitor(real_sqs.url, url) as other:
         leases = [manager.register(m) for m in receive_n(backend, 5)]
         other.go()
@@ -124,7 +125,9 @@ def run_worker(
     polling when the first handler starts. Runs until every message is either
     deleted or with the competitor; returns what the service deleted."""
     reports = Reports()
-    manager = LeaseManager(SQSBackend(make_client(proxy.url), url), on_lost=reports, **TIMING)
+    manager = LeaseManager(
+        SQSBackend(make_client(proxy.url), url), on_lost=reports, renewer="thread", **TIMING
+    )
     with Competitor(proxy.url, url) as other:
 
         def handler(message: Message) -> None:
@@ -221,7 +224,7 @@ def test_a_delete_that_reaches_the_service_after_the_deadline_is_no_completion(
     [message_id] = send_jobs(moto_endpoint, url, 1)
     client = make_client(real_sqs.url)
     backend = SQSBackend(client, url)
-    manager = LeaseManager(backend, **TIMING)
+    manager = LeaseManager(backend, renewer="thread", **TIMING)
     with Competitor(real_sqs.url, url) as other:
 
         def slow_network(**_: Any) -> None:

@@ -186,8 +186,16 @@ class FrameworkLeases:
             try:
                 backend, timeout = setup()
                 config = framework_config(timeout, self.options)
+                # The thread renewer unless asked: Celery's consumer runs no task code,
+                # and a renewer process started per queue would make a framework's
+                # worker wait for it before its first receive.
                 keywords = {
-                    name: value for name, value in self.options.items() if name in _MANAGER_KEYWORDS
+                    "renewer": "thread",
+                    **{
+                        name: value
+                        for name, value in self.options.items()
+                        if name in _MANAGER_KEYWORDS
+                    },
                 }
                 manager = LeaseManager(backend, config, **keywords)
                 try:

@@ -13,8 +13,9 @@ chosen once at construction and never asked about again:
   rebuilt in another process, the system clock, a process that may start one and
   build the backend there: ``auto`` waits until it renews), else the thread
   renewer - with one two-line WARNING, the reason and what is lost, when starting
-  the renewer process failed. ``Worker``, ``AsyncWorker`` and ``leasekeeper
-  worker`` choose this by default;
+  the renewer process failed. ``LeaseManager``, ``Worker``, ``AsyncWorker`` and
+  ``leasekeeper worker`` choose this by default (a thread-renewer setting -
+  ``executor``, ``jitter_seed`` - given to it takes the thread renewer);
 - any object implementing ``Renewer``: a test's, or a user's own.
 
 A renewer owns the leases it makes: ``lease.complete()``, ``release()`` and
@@ -182,6 +183,10 @@ def make_renewer(
         return ThreadRenewer(config, clock=clock, jitter_seed=jitter_seed, executor=executor)
 
     if choice == "auto":
+        if executor is not None or jitter_seed is not None:
+            # Settings only the thread renewer has: asking for them is choosing it.
+            log.debug("renewing in a thread: executor or jitter_seed given")
+            return thread()
         return _process_or_thread(backend, others, config, clock) or thread()
     if choice == "thread":
         return thread()
