@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 from azure.storage.queue import QueueClient
 
-from leasekeeper import Lease, LeaseManager, LeaseState, LostReason
+from leasekeeper import ConfigError, Lease, LeaseManager, LeaseState, LostReason
 from leasekeeper.backends.azure import AzureQueueBackend
 
 pytestmark = [pytest.mark.realtime, pytest.mark.slow]
@@ -218,3 +219,45 @@ def test_dead_letter_poison_is_azures_queue_name_poison(
         poison.delete_queue()
         poison.close()
     assert list(queue_client.peek_messages()) == []  # deleted from its own queue
+
+
+def test_a_client_factory_of_your_own_keeps_the_renewals_in_this_process(
+    azurite: str,
+    queue_name: str,
+    queue_client: QueueClient,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A renewer process builds its clients from the backend's spec: it cannot call
+    the factory that carries a transport or settings of the user's own. So such a
+    backend renews in this process, through the factory's clients: the default says
+    why in one WARNING, and ``renewer="process"`` refuses before anything is leased.
+    (The environment has the account's key: that is not why.)"""
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite)
+    made: list[QueueClient] = []
+
+    def factory() -> QueueClient:
+        made.append(QueueClient.from_connection_string(azurite, queue_name, retry_total=0))
+        return made[-1]
+
+    backend = AzureQueueBackend(queue_client, client_factory=factory)
+    with pytest.raises(ConfigError, match="client_factory"):
+        LeaseManager(backend, renewer="process", **TIMING)  # type: ignore[arg-type]
+    queue_client.send_message("job")
+    [message] = backend.receive(visibility_timeout=2)
+    with caplog.at_level(logging.WARNING, logger="leasekeeper"):
+        manager = LeaseManager(backend, **TIMING)  # type: ignore[arg-type]
+    try:
+        assert manager.renewer.name == "thread"
+        lease = manager.register(message)
+        deadline = time.monotonic() + 10
+        while lease.extensions < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lease.extensions >= 1
+        lease.complete()
+    finally:
+        manager.close()
+    assert made, "the renewals did not go through the factory's clients"
+    assert _gone(queue_client)
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "client_factory" in warning

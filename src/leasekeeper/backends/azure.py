@@ -380,9 +380,15 @@ class AzureQueueBackend(CloudBackend):
         return url[: -len(suffix)] if url.endswith(suffix) else url
 
     def credentials_problem(self) -> str | None:
-        """Why the renewer process could not have this queue's credential: one built
-        in this process that cannot be sent or made the same there, or none given and
-        none in the environment. None when it can."""
+        """Why the renewer process could not renew as this backend does: clients from a
+        ``client_factory`` (user code it cannot call), or a credential built in this
+        process that cannot be sent or made the same there, or none given and none in
+        the environment. None when it can."""
+        if self._factory is not None:
+            return (
+                "the Azure queue's clients come from your client_factory, which another "
+                "process cannot call: it would renew through clients of its own"
+            )
         return azure_renewal_problem(self.queue_client, self.account_url)
 
     def secret_options(self) -> dict[str, Any]:
