@@ -14,7 +14,11 @@ from leasekeeper import LeaseManager
 
 def main(url: str) -> None:
     backend = leasekeeper.connect(url, consumer="doomed", visibility_timeout=4)
-    manager = LeaseManager(backend, visibility_timeout=4, timer_interval=0.5, minimal_life=1)
+    # The thread renewer: the test waits out a killed consumer's lease, which a
+    # renewer process would release at once.
+    manager = LeaseManager(
+        backend, renewer="thread", visibility_timeout=4, timer_interval=0.5, minimal_life=1
+    )
     for _ in range(100):
         messages = backend.receive(wait_seconds=1)
         if messages:
