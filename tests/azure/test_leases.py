@@ -12,6 +12,7 @@ from azure.storage.queue import QueueClient
 
 from leasekeeper import ConfigError, Lease, LeaseManager, LeaseState, LostReason
 from leasekeeper.backends.azure import AzureQueueBackend
+from tests.helpers import renewed_twice_then_completed
 
 pytestmark = [pytest.mark.realtime, pytest.mark.slow]
 
@@ -249,12 +250,7 @@ def test_a_client_factory_of_your_own_keeps_the_renewals_in_this_process(
         manager = LeaseManager(backend, **TIMING)  # type: ignore[arg-type]
     try:
         assert manager.renewer.name == "thread"
-        lease = manager.register(message)
-        deadline = time.monotonic() + 10
-        while lease.extensions < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert lease.extensions >= 1
-        lease.complete()
+        renewed_twice_then_completed(manager, message)
     finally:
         manager.close()
     assert made, "the renewals did not go through the factory's clients"
