@@ -204,7 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def on_lost(lease: Lease, reason: str) -> None:
         journal.write("lost", lease.id, reason.replace(" ", "_")[:60])
 
-    manager = LeaseManager(backend, LEASE_CONFIG, on_lost=on_lost)
+    # The thread renewer: the kill points are hooks in this process's backend calls.
+    manager = LeaseManager(backend, LEASE_CONFIG, on_lost=on_lost, renewer="thread")
 
     def handler(message: Message) -> None:
         journal.write("start", message.id)
