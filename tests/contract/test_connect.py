@@ -26,8 +26,9 @@ import pytest
 import leasekeeper
 from leasekeeper import Backend, ConfigError, LeaseManager, LeaseState, Worker
 from leasekeeper.backends.memory import MemoryQueue
-from leasekeeper.backends.registry import URLSpec, installed_schemes
+from leasekeeper.backends.registry import ENTRY_POINT_GROUP, URLSpec, installed_schemes
 from leasekeeper.backends.sqs import SQSBackend
+from leasekeeper.backends.urls import OWN_SCHEMES
 from tests.azure.settings import ACCOUNT
 from tests.plugin import write_plugin
 from tests.renewer.test_process import alive
@@ -123,6 +124,16 @@ def test_leasekeepers_own_schemes_are_entry_points() -> None:
     schemes = installed_schemes()
     for scheme in ("sqs", "https", "mns", "azure", "memory", "redis"):
         assert schemes[scheme].value.startswith("leasekeeper.backends.schemes:"), scheme
+    # What counts where the metadata is missing (a vendored copy) is what the
+    # installed package declares, scheme for scheme.
+    from importlib.metadata import distribution
+
+    declared = {
+        entry.name: entry.value
+        for entry in distribution("leasekeeper").entry_points
+        if entry.group == ENTRY_POINT_GROUP
+    }
+    assert declared == dict(OWN_SCHEMES)
 
 
 # ---------------------------------------------------------------- wrong URLs

@@ -15,9 +15,11 @@ there as any other package would, in its ``pyproject.toml``::
     rediss = "leasekeeper.backends.schemes:redis"
 
 so a third-party package adds a queue service by declaring one more line in its
-own ``pyproject.toml``, with no code in leasekeeper. ``connect`` remembers the URL
-and the options on the backend it returns: that backend's ``spec()`` is a
-``URLSpec``, which calls ``connect`` again in another process (the renewer
+own ``pyproject.toml``, with no code in leasekeeper. (Those lines are also
+``leasekeeper.backends.urls.OWN_SCHEMES``, which count where leasekeeper's own
+metadata is missing: a vendored copy, a source tree on ``PYTHONPATH``.)
+``connect`` remembers the URL and the options on the backend it returns: that
+backend's ``spec()`` is a ``URLSpec``, which calls ``connect`` again in another process (the renewer
 process, a Spark executor), so a plug-in backend works there too.
 
 Credentials never travel in a URLSpec: a password in the URL, and options that

@@ -35,6 +35,23 @@ ENTRY_POINT_GROUP = "leasekeeper.backends"
 #: What an entry point of the group names: ``factory(url, **options) -> Backend``.
 Factory = Callable[..., Any]
 
+#: leasekeeper's own schemes, as its ``pyproject.toml`` declares them. They count
+#: where the package's metadata is missing - leasekeeper vendored into an
+#: application, or imported from a source tree by ``PYTHONPATH`` - so that its own
+#: backends still connect there, and its workers still renew from a process (the
+#: renewer process rebuilds a backend through its scheme); an installed package's
+#: entry points come first.
+OWN_SCHEMES: Mapping[str, str] = {
+    "sqs": "leasekeeper.backends.schemes:sqs",
+    "https": "leasekeeper.backends.schemes:sqs",
+    "http": "leasekeeper.backends.schemes:sqs",
+    "mns": "leasekeeper.backends.schemes:mns",
+    "azure": "leasekeeper.backends.schemes:azure",
+    "memory": "leasekeeper.backends.schemes:memory",
+    "redis": "leasekeeper.backends.schemes:redis",
+    "rediss": "leasekeeper.backends.schemes:redis",
+}
+
 
 class QueueURL(NamedTuple):
     """A queue URL taken apart (``parse_url``). ``password`` is a secret: ``str()``
@@ -110,8 +127,9 @@ def redact_url(url: str) -> str:
 
 
 def installed_schemes() -> dict[str, EntryPoint]:
-    """Every scheme of the ``leasekeeper.backends`` entry-point group, by name."""
-    from importlib.metadata import entry_points  # (reading every package's metadata)
+    """Every scheme of the ``leasekeeper.backends`` entry-point group, by name, and
+    leasekeeper's own (``OWN_SCHEMES``) where no installed package declares them."""
+    from importlib.metadata import EntryPoint, entry_points  # (every package's metadata)
 
     found: dict[str, EntryPoint] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
@@ -125,6 +143,9 @@ def installed_schemes() -> dict[str, EntryPoint]:
             )
             continue
         found.setdefault(scheme, entry)
+    for scheme, value in OWN_SCHEMES.items():
+        if scheme not in found:
+            found[scheme] = EntryPoint(scheme, value, ENTRY_POINT_GROUP)
     return found
 
 
@@ -160,14 +181,9 @@ def _entry(scheme: str) -> EntryPoint:
     schemes = installed_schemes()
     entry = schemes.get(scheme.lower())
     if entry is None:
-        known = ", ".join(sorted(schemes)) or "none"
-        hint = (
-            ""
-            if schemes
-            else " (is leasekeeper installed? after changing its entry points, an editable "
-            "install must be reinstalled: pip install -e .)"
-        )
+        known = ", ".join(sorted(schemes))
         raise ValueError(
-            f"no leasekeeper backend for the scheme {scheme!r}; installed schemes: {known}{hint}"
+            f"no leasekeeper backend for the scheme {scheme!r}; installed schemes: {known} "
+            "(a plug-in's scheme is its package's entry point: is that package installed?)"
         )
     return entry
