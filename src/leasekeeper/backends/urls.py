@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "OWN_SCHEMES",
     "Factory",
     "QueueURL",
     "factory_for",
