@@ -11,11 +11,15 @@ times the receives and deletes of a run, however many processes made them.
 ``journaled_moto`` runs it as a process of its own.
 
 With ``LEASEKEEPER_BENCH_LEAN_MOTO=1`` in its environment the server also takes out
-one of moto's own costs (``without_attribute_scans``): moto 5's ReceiveMessage
-rebuilds every attribute of the queue, three scans of all its messages, for each
-message it returns, so a receive of ten from a queue of 2,000 costs moto about a
-second of CPU and every client's rate on it is moto's. Without those scans moto
-answers 20-40 times faster and a benchmark's rates are the clients' again.
+moto's scans of the whole queue that nothing reads (``without_attribute_scans``):
+moto 5's ReceiveMessage rebuilds every attribute of the queue, three scans of all
+its messages, for each message it returns, so a receive of ten from a queue of
+2,000 costs moto about a second of CPU and every client's rate on it is moto's;
+and each message sent costs it the same three scans, so filling a queue takes
+time in the square of its length. Without them, and with moto's SQS reading the
+clock the quick way (``with_a_quick_clock``: it reads it for each queued message
+on each receive), moto answers 20-100 times faster and a benchmark's rates are
+the clients' again.
 """
 
 from __future__ import annotations
@@ -103,21 +107,76 @@ def journaling(app: Callable[..., Any], journal: Path) -> Callable[..., Any]:
 LEAN_MOTO = "LEASEKEEPER_BENCH_LEAN_MOTO"
 
 
-def without_attribute_scans() -> None:
-    """moto's retention check of a received message, reading the one number it needs.
+_COUNTS = (
+    "approximate_number_of_messages",
+    "approximate_number_of_messages_not_visible",
+    "approximate_number_of_messages_delayed",
+)
 
-    ``SQSBackend.is_message_valid_based_on_retention_period`` asks
-    ``get_queue_attributes`` for ``MessageRetentionPeriod``, and that computes every
-    attribute (ApproximateNumberOfMessages, ...NotVisible, ...Delayed: a scan of the
-    queue each) before picking one. The answer here is the same."""
-    from moto.core.utils import unix_time
+
+def without_attribute_scans() -> None:
+    """moto without its scans of the whole queue where no one reads what they count.
+
+    ``Queue.attributes`` builds every attribute of a queue, and three of them
+    (ApproximateNumberOfMessages, ...NotVisible, ...Delayed) scan all its messages.
+    moto builds it to read one other attribute: in each SendMessage
+    (``ContentBasedDeduplication``), and through ``get_queue_attributes`` in
+    ``is_message_valid_based_on_retention_period``, for each message a
+    ReceiveMessage hands out (``MessageRetentionPeriod``, and there the
+    attributes are built three times). So a send or a receive cost moto time in
+    proportion to the queue's length, and filling a queue time in its square.
+    Here the retention check reads the one number it needs, and the three counts
+    are counted only inside ``get_queue_attributes`` (GetQueueAttributes, the one
+    place their values go out); elsewhere they read 0, and nothing reads them
+    there. Every answer is moto's own."""
     from moto.sqs import models
+
+    asking = threading.local()  # set while get_queue_attributes runs, on its thread
+
+    def counted_when_asked(count: Callable[[Any], int]) -> property:
+        return property(lambda queue: count(queue) if getattr(asking, "counts", False) else 0)
+
+    for name in _COUNTS:
+        setattr(models.Queue, name, counted_when_asked(getattr(models.Queue, name).fget))
+
+    attributes_of = models.SQSBackend.get_queue_attributes
+
+    def get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str]) -> Any:
+        asking.counts = True
+        try:
+            return attributes_of(self, queue_name, attribute_names)
+        finally:
+            asking.counts = False
 
     def valid(self: Any, queue_name: str, message: Any) -> bool:
         period = int(self.get_queue(queue_name).message_retention_period)
-        return bool(period + message.sent_timestamp / 1000 > unix_time())
+        return bool(period + message.sent_timestamp / 1000 > models.unix_time())
 
+    setattr(models.SQSBackend, "get_queue_attributes", get_queue_attributes)  # noqa: B010
     setattr(models.SQSBackend, "is_message_valid_based_on_retention_period", valid)  # noqa: B010
+
+
+def with_a_quick_clock() -> None:
+    """moto's SQS models reading the time as ``time.time()`` does.
+
+    moto reads the clock in every ``Message.visible`` and ``.delayed``, so two or
+    three times for each message in the queue on every ReceiveMessage, through
+    ``unix_time``: a naive ``datetime`` now, less the epoch's, 6 us a reading
+    (``time.time()`` takes 0.1 us) - most of what a receive still cost in
+    proportion to the queue's length. The seconds since the epoch are the same;
+    a time given to convert is converted by moto's own functions."""
+    from moto.sqs import models
+
+    stock_seconds, stock_millis = models.unix_time, models.unix_time_millis
+
+    def seconds(dt: Any = None) -> float:
+        return time.time() if dt is None else float(stock_seconds(dt))
+
+    def millis(dt: Any = None) -> float:
+        return time.time() * 1000.0 if dt is None else float(stock_millis(dt))
+
+    setattr(models, "unix_time", seconds)  # noqa: B010
+    setattr(models, "unix_time_millis", millis)  # noqa: B010
 
 
 def main(argv: list[str]) -> None:
@@ -131,6 +190,7 @@ def main(argv: list[str]) -> None:
     port, journal = int(argv[0]), Path(argv[1])
     if os.environ.get(LEAN_MOTO) == "1":
         without_attribute_scans()
+        with_a_quick_clock()
     os.environ.setdefault("MOTO_PORT", str(port))
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(

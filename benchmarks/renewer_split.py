@@ -1,9 +1,12 @@
 """Where a process-renewer worker's CPU goes: the worker and its renewer process apart.
 
-    .venv/bin/python -m benchmarks.renewer_split [JOBS] [--renewer process|thread]
+    .venv/bin/python -m benchmarks.renewer_split [JOBS] [--renewer process|thread] [--lean-moto]
 
 A `Worker` (concurrency 8, batches of 10, no-op handler, the lean SQS path) runs
-JOBS no-op messages (default 500) off a fresh moto server. Printed: the renewer
+JOBS no-op messages (default 500) off a fresh moto server (``--lean-moto``: the
+journaling one without moto's recounts of the whole queue, ``moto_journal``'s
+``LEASEKEEPER_BENCH_LEAN_MOTO``, where moto answers fast enough that the worker's
+costs show). Printed: the renewer
 process's CPU until it serves (its start-up), its CPU per message during the run
 and over 5 idle seconds after it, the worker process's own CPU per message, and
 voluntary plus involuntary context switches per message on each side (all threads),
@@ -14,12 +17,16 @@ figures docs/performance.md (measure 14) quotes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import os
+import tempfile
 import time
+from pathlib import Path
 
 from benchmarks.bench_sqs_path import _fill
 from benchmarks.common import MOTO_ENV, CountingHandler, moto_server, sqs_client, wait_completed
+from benchmarks.moto_journal import LEAN_MOTO, journaled_moto
 
 IDLE_SECONDS = 5.0
 
@@ -44,13 +51,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("jobs", nargs="?", type=int, default=500)
     parser.add_argument("--renewer", choices=["process", "thread"], default="process")
+    parser.add_argument(
+        "--lean-moto", action="store_true", help="moto without its recounts of the whole queue"
+    )
     args = parser.parse_args()
     jobs: int = args.jobs
     os.environ.update(MOTO_ENV)  # the renewer process builds its client from them
+    server: contextlib.AbstractContextManager[str]
+    if args.lean_moto:  # the server, a child, takes it from its environment
+        os.environ[LEAN_MOTO] = "1"
+        server = journaled_moto(Path(tempfile.mkdtemp(prefix="leasekeeper-split-")) / "journal")
+    else:
+        server = moto_server()
     from leasekeeper import Worker
     from leasekeeper.backends.sqs import SQSBackend
 
-    with moto_server() as endpoint:
+    with server as endpoint:
         url = _fill(endpoint, jobs)
         backend = SQSBackend(sqs_client(endpoint), url)
         handler = CountingHandler(jobs)
