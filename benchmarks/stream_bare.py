@@ -21,8 +21,9 @@ processes (the reader's among them) and this process (on Linux, from /proc).
 moto's ReceiveMessage costs CPU in proportion to every message in the queue,
 hidden ones included (it recounts the queue's attributes for each message it
 hands out), so what the reader holds makes each of its receives dearer.
-``--lean-moto`` takes those recounts out (``moto_journal.without_attribute_scans``):
-then moto answers many times faster and the rates are the reader's and Spark's.
+``--lean-moto`` takes those recounts out (``moto_journal.without_attribute_scans``,
+and ``with_a_quick_clock``): then moto answers many times faster and the rates are
+the reader's and Spark's.
 
 To compare two versions of ``leasekeeper``, run this once per version,
 alternated, with ``PYTHONPATH`` naming the other version's ``src`` first. To
@@ -212,7 +213,8 @@ def main() -> None:
     parser.add_argument(
         "--lean-moto",
         action="store_true",
-        help="moto without its per-message attribute scans (moto_journal.without_attribute_scans)",
+        help="moto without its recounts of the whole queue and its slow clock (moto_journal's "
+        "LEASEKEEPER_BENCH_LEAN_MOTO)",
     )
     parser.add_argument("--json", type=Path, help="write every round's figures there")
     args = parser.parse_args()

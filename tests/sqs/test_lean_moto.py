@@ -16,9 +16,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 CHECK = r"""
-import json, time, uuid
+import datetime, json, time, uuid
 from moto.sqs import models
-import datetime
 from benchmarks.moto_journal import with_a_quick_clock, without_attribute_scans
 
 CHECK = "is_message_valid_based_on_retention_period"
