@@ -397,3 +397,22 @@ def test_example_worker_processes_and_stops_on_sigterm(
     assert text.count("processed ") == 2, text
     assert "stopped: 2 processed, 0 failed" in text, text
     assert queue_counts(client, url) == (0, 0)
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["lean", "client"])
+def test_message_group_on_fifo_and_standard_queues(
+    make_queue: Any, client: Any, fast_path: bool
+) -> None:
+    fifo = make_queue(visibility_timeout=10, fifo=True)
+    standard = make_queue(visibility_timeout=10)
+    client.send_message(QueueUrl=fifo, MessageBody="ordered", MessageGroupId="tenant-7")
+    client.send_message(QueueUrl=standard, MessageBody="fair", MessageGroupId="tenant-8")
+    client.send_message(QueueUrl=standard, MessageBody="plain")
+    [ordered] = receive_n(SQSBackend(client, fifo, fast_path=fast_path), 1)
+    assert ordered.group == "tenant-7"
+    assert "group='tenant-7'" in repr(ordered)
+    got = {m.body: m for m in receive_n(SQSBackend(client, standard, fast_path=fast_path), 2)}
+    assert got["fair"].group == "tenant-8"
+    assert got["plain"].group is None and "group=" not in repr(got["plain"])
+    # The copies the library makes keep it.
+    assert ordered.with_backend(ordered.backend).group == "tenant-7"

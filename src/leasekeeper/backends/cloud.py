@@ -247,6 +247,7 @@ class CloudBackend:
         attributes: Mapping[str, str] | None = None,
         deadline_hint: float | None = None,
         hard_deadline: float | None = None,
+        group: str | None = None,
     ) -> Message:
         """The ``Message`` for an SDK message: ValueError where it has no id or no
         receipt (it was peeked or sent, not received), ``count`` made a positive
@@ -274,6 +275,7 @@ class CloudBackend:
             deadline_hint=deadline_hint,
             hard_deadline=hard_deadline,
             attributes=attributes,
+            group=group,
         )
 
     def hard_deadline_after(self, received_at: float) -> float | None:

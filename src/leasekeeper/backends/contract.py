@@ -74,6 +74,11 @@ class Message:
     message stay invisible at all (``received_at + backend.max_lease_age``, or an
     Azure message's expiry), with the backend's safety margin already taken off;
     None where there is no cap.
+
+    ``group`` is the message's group where the service has one (SQS MessageGroupId,
+    on FIFO and standard queues alike): on a FIFO queue the group's messages are
+    ordered; on a standard ("fair") queue it names a tenant. None where the service
+    has no groups (MNS, Azure, Redis Streams unless a plug-in sets it).
     """
 
     __slots__ = (
@@ -83,6 +88,7 @@ class Message:
         "body",
         "deadline_hint",
         "ended_lease",
+        "group",
         "hard_deadline",
         "id",
         "raw",
@@ -107,8 +113,10 @@ class Message:
         deadline_hint: float | None = None,
         hard_deadline: float | None = None,
         attributes: Mapping[str, str] | None = None,
+        group: str | None = None,
     ) -> None:
         self.id = id
+        self.group = group
         self.body = body
         # A weak reference to its lease once that ended, set by the renewal engine:
         # registering this very message again returns that lease, not a second one.
@@ -152,13 +160,15 @@ class Message:
             deadline_hint=self.deadline_hint,
             hard_deadline=self.hard_deadline,
             attributes=self.attributes,
+            group=self.group,
         )
 
     def __repr__(self) -> str:
         body = self.body
         size = f"{len(body)} {'chars' if isinstance(body, str) else 'bytes'}"
+        group = "" if self.group is None else f", group={self.group!r}"
         return (
-            f"Message(id={self.id!r}, receive_count={self.receive_count}, "
+            f"Message(id={self.id!r}, receive_count={self.receive_count}{group}, "
             f"body=<{size}>, backend={self.backend!r})"
         )
 

@@ -226,6 +226,14 @@ def _int_attribute(attributes: object, name: str) -> int | None:
     return int(value) if isinstance(value, (str, int)) and str(value).isdigit() else None
 
 
+def _group(attributes: object) -> str | None:
+    """A message's MessageGroupId (FIFO queues, and standard "fair" queues), else None."""
+    if type(attributes) is not dict and not isinstance(attributes, Mapping):
+        return None
+    value = attributes.get("MessageGroupId")
+    return value if isinstance(value, str) and value else None
+
+
 def _message_attributes(data: Mapping[str, Any]) -> dict[str, str]:
     """The String and Number MessageAttributes of a message dict, by name."""
     found = data.get("MessageAttributes")
@@ -471,6 +479,7 @@ class SQSBackend(CloudBackend):
             count=_int_attribute(data.get("Attributes"), "ApproximateReceiveCount"),
             attributes=_message_attributes(data),
             deadline_hint=deadline_hint,
+            group=_group(data.get("Attributes")),
         )
 
     def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:

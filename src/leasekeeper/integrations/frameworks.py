@@ -115,6 +115,8 @@ def received_before(message: Message, instant: float) -> Message:
         raw=message.raw,
         deadline_hint=message.deadline_hint,
         hard_deadline=message.hard_deadline,
+        attributes=message.attributes,
+        group=message.group,
     )
 
 
