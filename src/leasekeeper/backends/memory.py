@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple, NoReturn
 
-from leasekeeper.backends.contract import OK, Handle, Message, Outcome
+from leasekeeper.backends.contract import OK, Handle, Message, Outcome, QueueCounts
 from leasekeeper.backends.shared import (
     cap_margin,
     check_attributes,
@@ -249,6 +249,16 @@ class MemoryQueue:
         with self._lock:
             self._promote(self.clock.now())
             return len(self._records) - self._visible_locked()
+
+    def queue_counts(self) -> QueueCounts:
+        """Visible, in flight (received, hidden) and delayed (sent with a delay, never
+        received yet) messages, counted exactly."""
+        with self._lock:
+            self._promote(self.clock.now())
+            visible = self._visible_locked()
+            hidden = [r for r in self._records.values() if not r.in_ready]
+            delayed = sum(1 for r in hidden if r.receive_count == 0)
+            return QueueCounts(visible, len(self._records) - visible - delayed, delayed)
 
     def __len__(self) -> int:
         """Messages not yet deleted."""

@@ -65,7 +65,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
     ) from _exc
 
 from leasekeeper.backends.cloud import CloudBackend, ReadOnce, ThreadClients
-from leasekeeper.backends.contract import Handle, Message, Outcome, OutcomeKind
+from leasekeeper.backends.contract import Handle, Message, Outcome, OutcomeKind, QueueCounts
 from leasekeeper.backends.rebuild import mns_renewal_problem, mns_secrets
 from leasekeeper.backends.shared import (
     REDACTED,
@@ -445,6 +445,23 @@ class MNSBackend(CloudBackend):
                 "GetQueueAttributes", "retry", f"unexpected VisibilityTimeout {seconds!r}"
             )
         return float(seconds)
+
+    def queue_counts(self) -> QueueCounts:
+        """ActiveMessages (visible), InactiveMessages (in flight) and DelayMessages,
+        read now (GetQueueAttributes)."""
+        request = GetQueueAttributesRequest(self.queue_name)
+        response = GetQueueAttributesResponse()
+        client = self._queue().mns_client
+        self.call("counts", lambda: client.get_queue_attributes(request, response))
+
+        def count(value: object) -> int | None:
+            return value if isinstance(value, int) and value >= 0 else None
+
+        return QueueCounts(
+            count(response.active_messages),
+            count(response.inactive_messages),
+            count(response.delay_messages),
+        )
 
     def refresh_queue_attributes(self) -> float:
         """Forget the cached VisibilityTimeout and read it again."""

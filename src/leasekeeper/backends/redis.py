@@ -54,7 +54,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
     ) from _exc
 
 from leasekeeper.backends.cloud import CloudBackend
-from leasekeeper.backends.contract import Handle, Message, Outcome
+from leasekeeper.backends.contract import Handle, Message, Outcome, QueueCounts
 from leasekeeper.backends.rebuild import redis_renewal_problem, redis_secrets, redis_settings
 from leasekeeper.backends.shared import ErrorTable, chunked, clean_code, text_body
 from leasekeeper.backends.spec import URLSpec
@@ -288,6 +288,22 @@ class RedisStreamsBackend(CloudBackend):
                 self.client.xgroup_delconsumer(self.stream, self.group, consumer)
         except Exception as exc:  # best effort: a closing backend raises nothing
             log.debug("could not remove consumer %s: %s", consumer, type(exc).__name__)
+
+    def queue_counts(self) -> QueueCounts:
+        """Entries not yet delivered (XLEN less the pending ones: a delete removes
+        its entry) and the group's pending entries (XPENDING), exactly. A pending
+        entry idle past the visibility timeout counts as in flight until a receive
+        reclaims it; there is no delayed delivery."""
+
+        def read() -> tuple[int, int]:
+            with self.client.pipeline(transaction=True) as pipe:
+                pipe.xlen(self.stream)
+                pipe.xpending(self.stream, self.group)
+                length, pending = pipe.execute()
+            return int(length), int(pending["pending"])
+
+        length, pending = self.call("counts", read)
+        return QueueCounts(max(0, length - pending), pending, 0)
 
     # ------------------------------------------------------------------ receiving
 

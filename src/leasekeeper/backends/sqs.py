@@ -29,7 +29,7 @@ if any(importlib.util.find_spec(sdk) is None for sdk in ("botocore", "boto3")):
 
 from leasekeeper.backends._credentials import aws_configuration
 from leasekeeper.backends.cloud import CloudBackend, ReadOnce
-from leasekeeper.backends.contract import OK, Handle, Message, Outcome, OutcomeKind
+from leasekeeper.backends.contract import OK, Handle, Message, Outcome, OutcomeKind, QueueCounts
 from leasekeeper.backends.rebuild import sqs_credentials_problem, sqs_secrets, sqs_settings
 from leasekeeper.backends.shared import (
     REDACTED,
@@ -399,6 +399,24 @@ class SQSBackend(CloudBackend):
             ),
         )
         return {str(k): str(v) for k, v in (response.get("Attributes") or {}).items()}
+
+    def queue_counts(self) -> QueueCounts:
+        """ApproximateNumberOfMessages (visible), ...NotVisible (in flight) and
+        ...Delayed, read now (GetQueueAttributes; SQS's counts lag up to a minute)."""
+        names: list[Any] = [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ]
+        response = self.call(
+            "counts",
+            lambda: self._client.get_queue_attributes(
+                QueueUrl=self.queue_url, AttributeNames=names
+            ),
+        )
+        found = response.get("Attributes") or {}
+        visible, in_flight, delayed = (_int_attribute(found, name) for name in names)
+        return QueueCounts(visible, in_flight, delayed)
 
     def queue_visibility_timeout(self) -> float:
         """The queue's VisibilityTimeout attribute (from ``queue_attributes()``)."""
