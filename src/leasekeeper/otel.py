@@ -15,10 +15,13 @@ picks and configures the SDK and its exporters). ``instrument(manager)`` adds an
 | leasekeeper.scheduler.lag | gauge | s | ``stats().scheduler_lag_p50/p99`` |
 | leasekeeper.scheduler.send_lag | gauge | s | ``stats().send_lag_p50/p99`` |
 | leasekeeper.extend.threshold | gauge | s | ``stats().extend_threshold`` |
+| leasekeeper.worker.busy_ratio | gauge | 1 | a worker's running handlers over its concurrency |
+| leasekeeper.queue.backlog | gauge | {message} | a worker's queues, counted (``backlog_every``) |
 
 docs/observability.md has the attributes of each and why. Given a ``Worker`` (or
 an ``AsyncWorker``), ``instrument(worker)`` also wraps each handler run in a ``process`` span (kind
-CONSUMER) and records ``messaging.process.duration``.
+CONSUMER) and records ``messaging.process.duration``; with ``backlog_every=S`` it
+counts the worker's queues every S seconds (``leasekeeper.fleet.BacklogSampler``).
 
 Traces cross the queue: the ``process`` span continues the trace whose W3C context
 (``traceparent``, ``tracestate``, ``baggage``) the message's attributes carry, read
@@ -52,6 +55,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
 
 from leasekeeper.aio.worker import AsyncWorker
 from leasekeeper.backends.contract import Message
+from leasekeeper.fleet.autoscaling import BacklogSampler, busy_ratio
 from leasekeeper.lease import LeaseState
 from leasekeeper.manager import LeaseManager
 from leasekeeper.observers import CallEvent, Observer
@@ -227,6 +231,44 @@ class _Instruments:
             description="The extend threshold in force: a lease is renewed when less than "
             "this remains (it moves with extend_threshold='auto').",
         )
+        meter.create_observable_gauge(
+            "leasekeeper.worker.busy_ratio",
+            callbacks=[self._observe_busy],
+            unit="1",
+            description="A worker's running handlers over its concurrency, 0 to 1.",
+        )
+        meter.create_observable_gauge(
+            "leasekeeper.queue.backlog",
+            callbacks=[self._observe_backlog],
+            unit="{message}",
+            description="Messages waiting for a worker, as the queue service counted them "
+            "at the last count (visible ones; Azure: all of them).",
+        )
+
+    def workers(self) -> list[Instrumentation]:
+        """The live handles of instrumented workers."""
+        self.live()  # drops the handles of collected managers
+        with self.lock:
+            return [handle for handle in self.handles if handle.worker is not None]
+
+    def _observe_busy(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        return [
+            metrics.Observation(busy_ratio(handle.worker), handle.attributes)
+            for handle in self.workers()
+            if handle.worker is not None
+        ]
+
+    def _observe_backlog(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        found = []
+        for handle in self.workers():
+            sampler = handle.sampler
+            if sampler is None:
+                continue
+            counts = sampler.backlog()
+            for name, queue in sampler.queues:
+                if name in counts:
+                    found.append(metrics.Observation(counts[name], backend_attributes(queue)))
+        return found
 
     def live(self) -> list[tuple[LeaseManager, Attributes]]:
         """The instrumented managers still alive, with their attributes (handles of
@@ -412,6 +454,8 @@ class Instrumentation:
         self._recorder = _Recorder(instruments)
         self._worker = worker
         self._tracer = tracer
+        #: The worker's queue counts (``instrument(worker, backlog_every=S)``).
+        self.sampler: BacklogSampler | None = None
         self.attributes: Attributes = (
             {} if manager.backend is None else backend_attributes(manager.backend)
         )
@@ -427,6 +471,11 @@ class Instrumentation:
     @property
     def active(self) -> bool:
         return self._active
+
+    @property
+    def worker(self) -> Worker | AsyncWorker | None:
+        """The instrumented worker (None for a manager, or once uninstrumented)."""
+        return self._worker if self._active else None
 
     def start(self) -> None:
         """Start recording (``instrument`` does it; twice would record twice)."""
@@ -449,6 +498,8 @@ class Instrumentation:
             manager.remove_observer(self._recorder)
         with self._instruments.lock:
             self._instruments.handles = [h for h in self._instruments.handles if h is not self]
+        if self.sampler is not None:
+            self.sampler.close()
         worker = self._worker
         if worker is not None and worker.around_handler == self._around:
             worker.around_handler = None
@@ -478,14 +529,17 @@ def instrument(
     *,
     meter_provider: metrics.MeterProvider | None = None,
     tracer_provider: trace.TracerProvider | None = None,
+    backlog_every: float | None = None,
 ) -> Instrumentation:
     """Record OpenTelemetry metrics of ``target`` (a ``LeaseManager``, or a ``Worker``
     or ``leasekeeper.aio.AsyncWorker``: then its manager, plus a span around each
-    handler run) until ``uninstrument()``.
+    handler run and its busy ratio) until ``uninstrument()``.
 
     ``meter_provider``/``tracer_provider``: the global ones when None (the API's
     no-op ones until an SDK is set up). Several managers may be instrumented with
     one provider; the in-flight gauge adds up managers of one queue.
+    ``backlog_every``: count a worker's queues every so many seconds (a
+    ``BacklogSampler``, stopped by ``uninstrument()``) for leasekeeper.queue.backlog.
     """
     if isinstance(target, (Worker, AsyncWorker)):
         manager, worker = target.manager, target
@@ -503,7 +557,11 @@ def instrument(
         from leasekeeper import __version__
 
         tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
+    if backlog_every is not None and worker is None:
+        raise TypeError("backlog_every counts a worker's queues: instrument a worker")
     handle = Instrumentation(manager, _instruments_for(meter_provider), worker, tracer)
+    if backlog_every is not None:
+        handle.sampler = BacklogSampler.of(worker, every=backlog_every).start()
     handle.start()
     return handle
 

@@ -45,10 +45,16 @@ manager's metrics and, per queue the worker reads (``queue``: the queue's name, 
 |---|---|---|
 | leasekeeper_worker_messages_total{queue,outcome} | counter | ``stats.per_queue`` (*) |
 | leasekeeper_queue_leases_in_flight{queue} | gauge | the leases, by their queue |
+| leasekeeper_worker_busy_ratio | gauge | running handlers over ``concurrency`` |
+| leasekeeper_queue_backlog_messages{queue} | gauge | a ``BacklogSampler``'s last count (**) |
 
 (*) ``outcome``: received, completed, failed, lost, refused, rolled_over, dead_lettered.
+(**) Given ``backlog=`` (``leasekeeper.fleet.BacklogSampler``): the messages waiting
+for a worker, as the service counted them at the sampler's last count - never asked
+at scrape time.
 
-``serve_metrics(manager_or_worker, port)`` serves them over HTTP on a registry of their own.
+``serve_metrics(manager_or_worker, port)`` serves them over HTTP on a registry of
+their own; with ``backlog_every=S`` it counts a worker's queues every S seconds.
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     ) from exc
 
 from leasekeeper.aio.worker import AsyncWorker
+from leasekeeper.fleet.autoscaling import BacklogSampler, busy_ratio
 from leasekeeper.manager import LeaseManager, Stats
 from leasekeeper.reasons import LostReason
 from leasekeeper.receiving.stats import QueueStats
@@ -135,10 +142,15 @@ class LeaseCollector(Collector):
     """A ``prometheus_client`` collector of one manager's ``stats()``, read at each
     scrape (see the module docstring for the metrics) - a worker's manager, and the
     worker's figures per queue, when given a ``Worker`` or ``AsyncWorker``.
-    ``namespace`` prefixes every name; it must be a valid metric name prefix."""
+    ``namespace`` prefixes every name; it must be a valid metric name prefix.
+    ``backlog``: a ``BacklogSampler`` whose last counts are the backlog gauge."""
 
     def __init__(
-        self, manager: LeaseManager | Worker | AsyncWorker, *, namespace: str = "leasekeeper"
+        self,
+        manager: LeaseManager | Worker | AsyncWorker,
+        *,
+        namespace: str = "leasekeeper",
+        backlog: BacklogSampler | None = None,
     ) -> None:
         self.worker: Worker | AsyncWorker | None = None
         if isinstance(manager, (Worker, AsyncWorker)):
@@ -149,19 +161,48 @@ class LeaseCollector(Collector):
             )
         if not namespace.replace("_", "a").isalnum() or namespace[0].isdigit():
             raise ValueError(f"namespace must be letters, digits and '_', got {namespace!r}")
+        if backlog is not None and not isinstance(backlog, BacklogSampler):
+            raise TypeError(f"backlog takes a BacklogSampler, got {type(backlog).__name__}")
         self.manager = manager
         self.namespace = namespace
+        self.backlog = backlog
 
     def describe(self) -> Iterator[Metric]:
         """The metric families, without samples (so registering reads no stats)."""
         yield from self._families(None, running=False)
         if self.worker is not None:
             yield from self._queue_families(scraped=False)
+        yield from self._scaling_families(scraped=False)
 
     def collect(self) -> Iterator[Metric]:
         yield from self._families(self.manager.stats(), running=self.manager.running)
         if self.worker is not None:
             yield from self._queue_families(scraped=True)
+        yield from self._scaling_families(scraped=True)
+
+    def _scaling_families(self, *, scraped: bool) -> Iterator[Metric]:
+        """What an autoscaler reads: how busy the worker is, and the queues' backlog
+        (as last counted: a scrape never waits for the service)."""
+        ns = self.namespace
+        if self.worker is not None:
+            busy = GaugeMetricFamily(
+                f"{ns}_worker_busy_ratio",
+                "Handlers running over the worker's concurrency, 0 to 1.",
+            )
+            if scraped:
+                busy.add_metric([], busy_ratio(self.worker))
+            yield busy
+        if self.backlog is not None:
+            backlog = GaugeMetricFamily(
+                f"{ns}_queue_backlog_messages",
+                "Messages waiting for a worker, by queue: the service's count of visible "
+                f"messages (Azure: all of them), counted every {self.backlog.every:g}s.",
+                labels=["queue"],
+            )
+            if scraped:
+                for name, count in self.backlog.backlog().items():
+                    backlog.add_metric([name], count)
+            yield backlog
 
     def _queue_families(self, *, scraped: bool) -> Iterator[Metric]:
         """The worker's figures per queue."""
@@ -256,6 +297,8 @@ class MetricsServer:
     registry: CollectorRegistry
     server: WSGIServer
     thread: threading.Thread
+    #: The backlog counts it started (``backlog_every``), closed with it.
+    sampler: BacklogSampler | None = None
 
     @property
     def url(self) -> str:
@@ -263,10 +306,12 @@ class MetricsServer:
         return f"http://{host}:{self.port}/metrics"
 
     def close(self) -> None:
-        """Stop serving and free the port."""
+        """Stop serving and free the port (and stop counting the backlog)."""
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5.0)
+        if self.sampler is not None:
+            self.sampler.close()
 
 
 def serve_metrics(
@@ -274,16 +319,27 @@ def serve_metrics(
     port: int,
     *,
     addr: str = "127.0.0.1",
+    backlog_every: float | None = None,
 ) -> MetricsServer:
     """Serve ``collector_or_manager``'s metrics (a ``LeaseManager`` gets a
     ``LeaseCollector``) at ``http://addr:port/metrics`` from a daemon thread, on a
     registry of its own (nothing else of the process is exposed). ``port=0`` picks a
     free port (``server.port`` says which). Loopback only unless ``addr`` says
-    otherwise."""
+    otherwise. ``backlog_every``: given a worker, count its queues every so many
+    seconds (a ``BacklogSampler``, stopped by ``close()``) for the backlog gauge."""
+    target = collector_or_manager
+    sampler: BacklogSampler | None = None
+    if backlog_every is not None:
+        if not isinstance(target, (Worker, AsyncWorker)):
+            raise TypeError(
+                "backlog_every counts a worker's queues: give serve_metrics() a worker "
+                "(or a LeaseCollector its BacklogSampler)"
+            )
+        sampler = BacklogSampler.of(target, every=backlog_every)
     collector = (
-        LeaseCollector(collector_or_manager)
-        if isinstance(collector_or_manager, (LeaseManager, Worker, AsyncWorker))
-        else collector_or_manager
+        LeaseCollector(target, backlog=sampler)
+        if isinstance(target, (LeaseManager, Worker, AsyncWorker))
+        else target
     )
     if not isinstance(collector, LeaseCollector):
         raise TypeError(
@@ -293,4 +349,6 @@ def serve_metrics(
     registry = CollectorRegistry(auto_describe=True)
     registry.register(collector)
     server, thread = start_http_server(port, addr=addr, registry=registry)
-    return MetricsServer(addr, int(server.server_port), registry, server, thread)
+    if sampler is not None:
+        sampler.start()
+    return MetricsServer(addr, int(server.server_port), registry, server, thread, sampler)

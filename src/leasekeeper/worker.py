@@ -14,7 +14,13 @@ queued, and deletes that arrive together share one batch call.
 Shutdown (``stop()``, or SIGTERM/SIGINT while ``run()`` is in the main thread):
 stop receiving, let running handlers finish while their leases are still renewed,
 for up to ``shutdown_timeout`` seconds, then release whatever is left so other
-workers get it at once. A second signal skips the wait.
+workers get it at once. A second signal skips the wait. ``drain(deadline)`` starts
+the same shutdown with a deadline of its own (an interruption notice's).
+
+In an elastic fleet (``leasekeeper.fleet``): ``scale_in_protection=True`` protects
+the ECS task while the worker holds messages, ``interruption_notice="aws"`` (or
+"azure", "alibaba") drains it when the machine is about to be taken back; both are
+listeners (``worker.listeners``), which hear the receive loop's few moments.
 
 A receive that fails with a retryable ``ReceiveError`` (or any other exception,
 e.g. from a custom backend) is tried again after a jittered, growing pause. A
@@ -36,7 +42,7 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from types import FrameType
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from leasekeeper.backends.contract import Backend, Message
 from leasekeeper.clock import Clock, wait_until
@@ -46,9 +52,11 @@ from leasekeeper.errors import ManagerClosed, ReceiveError
 from leasekeeper.lease import Lease
 from leasekeeper.manager import LeaseManager
 from leasekeeper.receiving import (
+    Announce,
     DeadLetter,
     Finish,
     Flush,
+    GiveBack,
     Intake,
     Receive,
     Start,
@@ -57,8 +65,12 @@ from leasekeeper.receiving import (
     receive_loop,
     shutdown_steps,
 )
+from leasekeeper.receiving.listeners import Listeners
 from leasekeeper.receiving.stats import WorkerStats
 from leasekeeper.rollover import Rollover
+
+if TYPE_CHECKING:
+    from leasekeeper.fleet.options import InterruptionOption, ProtectionOption
 
 log = logging.getLogger("leasekeeper.worker")
 
@@ -104,6 +116,11 @@ class Worker:
     ``clock``: the time the worker (and the manager it makes) reads; on a
     ``leasekeeper.testing.ManualClock`` its waits last until the test advances the
     clock. A worker built on a manager uses the manager's clock.
+
+    ``scale_in_protection``: True protects the ECS task while the worker holds
+    messages (``leasekeeper.fleet.ecs``). ``interruption_notice``: "aws", "azure" or
+    "alibaba" (or a ``leasekeeper.fleet.NoticeSource``) drains the worker when the
+    machine's metadata service gives notice (``leasekeeper.fleet.interruption``).
     """
 
     def __init__(
@@ -122,6 +139,8 @@ class Worker:
         clock: Clock | None = None,
         dead_letter: DeadLetter | Sequence[DeadLetter] = None,
         weights: Sequence[int] | None = None,
+        scale_in_protection: ProtectionOption = False,
+        interruption_notice: InterruptionOption = None,
         **config_fields: Any,
     ) -> None:
         self.intake = Intake(
@@ -180,6 +199,14 @@ class Worker:
         #: handler's exception (``leasekeeper.otel`` puts a span there). It must not
         #: raise: the message is leased already.
         self.around_handler: AroundHandler | None = None
+        #: Who hears the receive loop's moments (``leasekeeper.receiving.listeners``).
+        self.listeners: Listeners = self.intake.listeners
+        self._drain_deadline: float | None = None  # drain(deadline)'s, if one was given
+        self._signalled = False
+        if scale_in_protection is not False or interruption_notice is not None:
+            from leasekeeper.fleet.options import attach
+
+            attach(self, protection=scale_in_protection, notice=interruption_notice)
 
     # ------------------------------------------------------------------ control
 
@@ -201,17 +228,32 @@ class Worker:
         else:
             self._done.wait(timeout)
 
+    def drain(self, deadline: float | None = None) -> None:
+        """``stop()`` without waiting (from any thread), running handlers given until
+        ``deadline`` (on ``worker.clock``; None: ``shutdown_timeout`` after the drain
+        begins; only ever moved earlier). An interruption notice drains this way."""
+        with self._slots:
+            if deadline is not None:
+                before = self._drain_deadline
+                self._drain_deadline = deadline if before is None else min(before, deadline)
+        self._request_stop()
+
     def _request_stop(self) -> None:
         self._stop.set()
         with self._slots:
             self._slots.notify_all()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self._stop.is_set():
+        # A first signal while a notice drains (a deadline set) is not a second one.
+        noticed = self._drain_deadline is not None and not self._signalled
+        self._signalled = True
+        if self._stop.is_set() and not noticed:
             log.warning("second signal %d: releasing running messages now", signum)
             self._hurry.set()
         else:
             log.info("signal %d: stopping after running handlers finish", signum)
+            if noticed:
+                self.drain(self.clock.now() + self.shutdown_timeout)
         self._request_stop()
 
     # ------------------------------------------------------------------ running
@@ -273,6 +315,10 @@ class Worker:
     def active(self) -> list[Lease]:
         return list(self._active)
 
+    @property
+    def drain_deadline(self) -> float | None:
+        return self._drain_deadline
+
     def _drive(self, steps: Generator[Step, Any, Any]) -> Any:
         """Run one of the loop's generators: decide and wait under the slot lock (so
         no wake-up is lost between a decision and its wait), call out without it."""
@@ -308,6 +354,12 @@ class Worker:
             return None
         if isinstance(step, Flush):
             self.manager.flush(max(0.0, step.deadline - self.clock.now()))
+            return None
+        if isinstance(step, Announce):
+            self.listeners.announce(step.event)
+            return None
+        if isinstance(step, GiveBack):
+            self.intake.give_back(step.messages)
             return None
         assert isinstance(step, Finish)
         if self.intake.owns_manager:

@@ -25,7 +25,12 @@ loop, or a fatal ``ReceiveError``): stop receiving, let running handlers finish
 while their leases are renewed, for up to ``shutdown_timeout``, send the queued
 deletes, then release what is left and cancel the handlers that still run (their
 messages are back on the queue: their work is moot, as when ``asyncio.run``
-cancels what is left). A second signal skips the wait.
+cancels what is left). A second signal skips the wait. ``drain(deadline)`` starts
+the same shutdown with a deadline of its own (an interruption notice's).
+
+``scale_in_protection=`` and ``interruption_notice=`` are ``Worker``'s: listeners
+(``worker.listeners``) told the receive loop's moments from the worker's one thread,
+never on the event loop.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import threading
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from leasekeeper.aio.futures import call_soon_threadsafe
 from leasekeeper.aio.held import AsyncLease
@@ -52,9 +57,11 @@ from leasekeeper.errors import ManagerClosed, ReceiveError
 from leasekeeper.lease import Lease
 from leasekeeper.manager import LeaseManager
 from leasekeeper.receiving import (
+    Announce,
     DeadLetter,
     Finish,
     Flush,
+    GiveBack,
     Intake,
     Receive,
     Start,
@@ -63,9 +70,13 @@ from leasekeeper.receiving import (
     receive_loop,
     shutdown_steps,
 )
+from leasekeeper.receiving.listeners import Listeners
 from leasekeeper.receiving.stats import WorkerStats
 from leasekeeper.rollover import Rollover
 from leasekeeper.worker import AroundHandler
+
+if TYPE_CHECKING:
+    from leasekeeper.fleet.options import InterruptionOption, ProtectionOption
 
 __all__ = ["AsyncHandler", "AsyncWorker"]
 
@@ -86,7 +97,8 @@ class AsyncWorker:
     arguments of ``Worker``, with ``concurrency`` the number of handler coroutines
     at once. ``cancel_on_lost``: cancel a handler whose lease is lost (off by
     default: see ``leasekeeper.aio.held``). ``await worker.run()``. ``clock``: as
-    ``Worker``'s; several queues (a list, ``weights=``): as ``Worker``'s.
+    ``Worker``'s; several queues (a list, ``weights=``): as ``Worker``'s;
+    ``scale_in_protection``, ``interruption_notice``: as ``Worker``'s.
     """
 
     def __init__(
@@ -106,6 +118,8 @@ class AsyncWorker:
         clock: Clock | None = None,
         dead_letter: DeadLetter | Sequence[DeadLetter] = None,
         weights: Sequence[int] | None = None,
+        scale_in_protection: ProtectionOption = False,
+        interruption_notice: InterruptionOption = None,
         **config_fields: Any,
     ) -> None:
         if (inspect.isfunction(handler) or inspect.ismethod(handler)) and not (
@@ -158,6 +172,14 @@ class AsyncWorker:
         #: handler(message)``, in the handler's task (``leasekeeper.otel`` puts a span
         #: there). It must not raise.
         self.around_handler: AroundHandler | None = None
+        #: Who hears the receive loop's moments (``leasekeeper.receiving.listeners``).
+        self.listeners: Listeners = self.intake.listeners
+        self._drain_deadline: float | None = None  # drain(deadline)'s, if one was given
+        self._signalled = False
+        if scale_in_protection is not False or interruption_notice is not None:
+            from leasekeeper.fleet.options import attach
+
+            attach(self, protection=scale_in_protection, notice=interruption_notice)
 
     # ------------------------------------------------------------------ control
 
@@ -170,16 +192,38 @@ class AsyncWorker:
             return
         call_soon_threadsafe(loop, self._request_stop)
 
+    def drain(self, deadline: float | None = None) -> None:
+        """Start the graceful shutdown (from any thread) and return at once: as
+        ``stop()``, with running handlers given until ``deadline`` (on
+        ``worker.clock``; None: ``shutdown_timeout`` after the drain begins). A
+        deadline only ever moves earlier. An interruption notice drains this way."""
+        loop = self._loop
+        if loop is None:
+            self._set_drain(deadline)  # not running (yet): run() returns at once
+            return
+        call_soon_threadsafe(loop, self._set_drain, deadline)
+
+    def _set_drain(self, deadline: float | None) -> None:
+        if deadline is not None:
+            before = self._drain_deadline
+            self._drain_deadline = deadline if before is None else min(before, deadline)
+        self._request_stop()
+
     def _request_stop(self) -> None:
         self._stopping = True
         self._wake()
 
     def _on_signal(self, signum: int) -> None:
-        if self._stopping:
+        # A first signal while a notice drains (a deadline set) is not a second one.
+        noticed = self._drain_deadline is not None and not self._signalled
+        self._signalled = True
+        if self._stopping and not noticed:
             log.warning("second signal %d: releasing running messages now", signum)
             self._hurry = True
         else:
             log.info("signal %d: stopping after running handlers finish", signum)
+            if noticed:
+                self._set_drain(self.clock.now() + self.intake.shutdown_timeout)
         self._request_stop()
 
     def _wake(self) -> None:
@@ -279,6 +323,10 @@ class AsyncWorker:
     def active(self) -> list[Lease]:
         return list(self._active)
 
+    @property
+    def drain_deadline(self) -> float | None:
+        return self._drain_deadline
+
     async def _drive(self, steps: Generator[Step, Any, Any], executor: ThreadPoolExecutor) -> Any:
         """Run one of the loop's generators: waits on the event loop, service calls on
         the worker's one thread (a long poll must not block the loop)."""
@@ -304,6 +352,10 @@ class AsyncWorker:
                 elif isinstance(step, Flush):
                     left = max(0.0, step.deadline - self.clock.now())
                     await loop.run_in_executor(executor, self.manager.flush, left)
+                elif isinstance(step, Announce):  # a listener may block briefly: off the loop
+                    await loop.run_in_executor(executor, self.listeners.announce, step.event)
+                elif isinstance(step, GiveBack):
+                    await loop.run_in_executor(executor, self.intake.give_back, step.messages)
                 else:
                     assert isinstance(step, Finish)
                     await self._finish(step, executor)

@@ -27,6 +27,12 @@ from typing import Any, NoReturn
 
 from leasekeeper.backends.contract import Backend
 from leasekeeper.backends.memory import MemoryQueue
+from leasekeeper.command._fleet import (
+    check_fleet_flags,
+    fleet_flags,
+    serve_health,
+    worker_options,
+)
 from leasekeeper.command._options import (
     add_config_flags,
     add_version_flag,
@@ -100,6 +106,8 @@ environment:
                    URL's password, or REDIS_PASSWORD).
   The renewer process (the default) reads the same variables.
   Credentials are never logged or shown.
+  --scale-in-protection      ECS_AGENT_URI (ECS sets it in a task's container).
+  --interruption-notice aws  AWS_EC2_METADATA_SERVICE_ENDPOINT (botocore's).
 
 exit status:
   0  stopped by SIGTERM/SIGINT (or --until-idle) after a graceful shutdown
@@ -288,6 +296,15 @@ def output_flags(p: argparse.ArgumentParser) -> None:
         help="the address --metrics-port binds (default: 127.0.0.1, this machine only; "
         "0.0.0.0 for a scraper in another container or host)",
     )
+    out.add_argument(
+        "--backlog-every",
+        type=number(float, 0),
+        default=30.0,
+        metavar="S",
+        help="with --metrics-port: count the queue's waiting messages every S seconds "
+        "for leasekeeper_queue_backlog_messages, what an autoscaler reads (default: 30; "
+        "0: never)",
+    )
 
 
 FLAG_GROUPS: tuple[Callable[[argparse.ArgumentParser], None], ...] = (
@@ -296,6 +313,7 @@ FLAG_GROUPS: tuple[Callable[[argparse.ArgumentParser], None], ...] = (
     worker_flags,
     lease_flags,
     failure_flags,
+    fleet_flags,
     output_flags,
 )
 
@@ -497,8 +515,8 @@ def _require_env(flag: str, names: list[str], *, or_else: str = "") -> None:
 
 def metrics_server() -> Callable[..., Any]:
     """``leasekeeper.prometheus.serve_metrics``, which ``--metrics-port`` calls as
-    ``serve_metrics(worker, port, addr=...)`` once the worker exists (its manager's
-    metrics, and its figures per queue); whatever it
+    ``serve_metrics(worker, port, addr=..., backlog_every=...)`` once the worker exists
+    (its manager's metrics, its figures per queue, its backlog); whatever it
     returns is closed (``close()``, ``shutdown()`` or ``stop()``) when the worker stops."""
     try:
         module = importlib.import_module("leasekeeper.prometheus")
@@ -545,6 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             # Everything that can be found out before the first receive, is.
             serve_metrics = metrics_server() if args.metrics_port is not None else None
+            check_fleet_flags(args)
             handler = load_handler(args.handler)
             check_handler(handler, args.handler)
             config = config_from(args)
@@ -577,6 +596,7 @@ def _make_worker(
         # Unless told: the renewer process, or a thread when it cannot start (a warning).
         "renewer": args.renewer or "auto",
         "dead_letter": args.dead_letter,
+        **worker_options(args),  # ECS protection, interruption notices
     }
     if args.concurrency is not None:
         common["concurrency"] = args.concurrency
@@ -605,16 +625,25 @@ def _run(
 ) -> int:
     log = logging.getLogger("leasekeeper.worker")
     status = StatusLine(worker, args.status_every)
-    server = None
+    server = probes = None
     try:
         if serve_metrics is not None:
             try:
-                server = serve_metrics(worker, args.metrics_port, addr=args.metrics_addr)
+                server = serve_metrics(
+                    worker,
+                    args.metrics_port,
+                    addr=args.metrics_addr,
+                    backlog_every=args.backlog_every or None,
+                )
             except Exception as exc:
                 return _fail(
                     f"cannot serve metrics on {args.metrics_addr}:{args.metrics_port}: "
                     f"{one_line(exc)}"
                 )
+        try:
+            probes = serve_health(args, worker)
+        except UsageError as exc:
+            return _fail(str(exc))
         if early:
             log.info("signal %d before the worker started: not starting", early[0])
             return EXIT_OK
@@ -644,6 +673,8 @@ def _run(
             status.write()  # the final figures
         if worker.manager is not None and not worker.manager.closed:
             worker.manager.close()
+        if probes is not None:
+            probes.close()
         for stop in ("close", "shutdown", "stop"):
             method = getattr(server, stop, None)
             if callable(method):

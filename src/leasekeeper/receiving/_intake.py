@@ -27,6 +27,7 @@ from leasekeeper.failures import resolve_dead_letter
 from leasekeeper.lease import Lease, LeaseState, settle_rollover
 from leasekeeper.manager import LeaseManager
 from leasekeeper.receiving._sources import Source, Sources
+from leasekeeper.receiving.listeners import Listeners
 from leasekeeper.receiving.stats import QueueStats, WorkerStats
 from leasekeeper.rollover import unwrap
 
@@ -181,6 +182,8 @@ class Intake:
         # Handler durations, smoothed: are handlers quick enough to prefetch for?
         self.duration: float | None = None
         self.failures = 0  # receive failures in a row
+        #: Who hears the loop's moments (``receiving.listeners``): the worker's listeners.
+        self.listeners = Listeners()
 
     # ------------------------------------------------------------------ how many
 
@@ -308,6 +311,24 @@ class Intake:
             elif isinstance(lease, Lease):
                 leased.append((message, lease))
         return leased, refused
+
+    def give_back(self, messages: Sequence[Message]) -> None:
+        """Make ``messages`` visible again at once, unleased: a receive brought them
+        after stop was asked (they were never handed to a handler, nor counted)."""
+        by_queue: dict[int, tuple[Backend, list[Message]]] = {}
+        for message in messages:
+            by_queue.setdefault(id(message.backend), (message.backend, []))[1].append(message)
+        for backend, group in by_queue.values():
+            size = max(1, int(getattr(backend, "max_batch", 10)))
+            for start in range(0, len(group), size):
+                chunk = group[start : start + size]
+                try:
+                    backend.release([message.handle for message in chunk], 0.0)
+                except Exception as exc:  # they come back when their invisibility ends
+                    log.warning("could not give back %d message(s): %s", len(chunk), exc)
+        log.info(
+            "%d message(s) came in as the worker stopped: given back, not handled", len(messages)
+        )
 
     # ------------------------------------------------------------------ settling
 

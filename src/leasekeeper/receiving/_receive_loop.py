@@ -15,6 +15,11 @@ every moment in it is read from the worker's clock: on a
 A change is anything that can let the loop go on: a handler finished, a delete was
 answered, stop was asked. Its driver reports changes by waking the waiting step;
 the loop re-reads the worker's state (``LoopState``) after every step.
+
+The loop also decides when the worker's listeners (``receiving.listeners``) hear of
+its moments - it began, it holds messages after holding none, it holds none again,
+the drain began, it ended - and has its driver tell them (``Announce``): once a busy
+spell, never once a message, and not at all for a worker without listeners.
 """
 
 from __future__ import annotations
@@ -56,6 +61,15 @@ class LoopState(Protocol):
 
     def active(self) -> list[Lease]:
         """The leases of the messages in hand."""
+        ...
+
+    @property
+    def drain_deadline(self) -> float | None:
+        """When the graceful shutdown must end, on the worker's clock, if a stop
+        request set it (``stop()`` and signals: ``shutdown_timeout`` after the
+        request; an interruption notice: a margin before the machine goes); None:
+        ``shutdown_timeout`` after the drain begins. It may move earlier while the
+        loop waits: the loop reads it again after every change."""
         ...
 
 
@@ -101,7 +115,23 @@ class Finish:
     leftovers: Sequence[Lease]
 
 
-Step = Wait | Receive | Start | Flush | Finish
+@dataclass(frozen=True)
+class GiveBack:
+    """A receive that was out when stop was asked brought ``messages``: make them
+    visible again at once, unleased and unhandled (``Intake.give_back``)."""
+
+    messages: list[Message]
+
+
+@dataclass(frozen=True)
+class Announce:
+    """Tell the worker's listeners ``event`` (``receiving.listeners.EVENTS``), off the
+    driver's lock and event loop: a listener may make a short blocking call."""
+
+    event: str
+
+
+Step = Wait | Receive | Start | Flush | Finish | Announce | GiveBack
 
 
 def receive_loop(
@@ -109,6 +139,10 @@ def receive_loop(
 ) -> Generator[Step, Any, ReceiveError | None]:
     """Receive and start handlers until stopped, or idle for ``until_idle`` seconds.
     Returns the fatal ``ReceiveError`` that ended it, if one did."""
+    listening = bool(intake.listeners)
+    if listening:
+        yield Announce("started")
+    holding = False  # since the listeners heard "busy", and until they hear "idle"
     idle_since = clock.now()
     while not state.stopping:
         # Room: wait for a free slot, then briefly (gather) for more, so that one
@@ -139,18 +173,29 @@ def receive_loop(
             while clock.now() < resume and not state.stopping:
                 yield Wait(resume)
             continue
+        if messages and state.stopping:
+            # The long poll was out when stop was asked: nothing starts from now on.
+            yield GiveBack(messages)
+            break
         if messages:
             # Lease the whole batch before the first handler starts: a handler that
             # grabs the GIL at once would otherwise leave the rest of the batch
             # unleased, burning invisibility until LeaseTooShort refused them.
+            if listening and not holding:
+                holding = True
+                yield Announce("busy")  # ECS protection, say: set before a handler starts
             yield Start(messages)
             idle_since = clock.now()
             continue
         now = clock.now()
         if state.running + state.unsettled:
             idle_since = now
-        elif until_idle is not None and now - idle_since >= until_idle:
-            break
+        else:
+            if holding:  # all settled, and a whole receive brought nothing
+                holding = False
+                yield Announce("idle")
+            if until_idle is not None and now - idle_since >= until_idle:
+                break
         # An empty answer that came before its wait was up (a short poll, a driven
         # clock): wait the rest out rather than ask again at once - or, with several
         # queues, until one of them is awake (an empty one rests a while).
@@ -164,18 +209,29 @@ def receive_loop(
 
 def shutdown_steps(intake: Intake, state: LoopState, clock: Clock) -> Generator[Step, Any, None]:
     """Stop gracefully: let running handlers finish while their leases are renewed,
-    for up to ``shutdown_timeout``, send the queued deletes, then release what is
-    left so other workers get it at once."""
-    deadline = clock.now() + intake.shutdown_timeout
-    while state.running and not state.hurry and clock.now() < deadline:
-        yield Wait(deadline)
+    until the drain's deadline (``state.drain_deadline``, else ``shutdown_timeout``
+    from now), send the queued deletes, then release what is left so other workers
+    get it at once."""
+    timed_out = clock.now() + intake.shutdown_timeout
+
+    def deadline() -> float:
+        by = state.drain_deadline  # read again after each change: it may move earlier
+        return timed_out if by is None else by
+
+    listening = bool(intake.listeners)
+    if listening:
+        yield Announce("draining")
+    while state.running and not state.hurry and clock.now() < deadline():
+        yield Wait(deadline())
     leftovers = state.active()
     if state.running:
         log.warning(
             "shutdown: %d handler(s) still running; releasing their messages", state.running
         )
     # Deletes out first: a message whose handler succeeded is not released.
-    yield Flush(deadline)
-    while state.unsettled and clock.now() < deadline:
-        yield Wait(deadline)
+    yield Flush(deadline())
+    while state.unsettled and clock.now() < deadline():
+        yield Wait(deadline())
     yield Finish(leftovers)
+    if listening:
+        yield Announce("stopped")

@@ -1,6 +1,11 @@
 """``ProcessRenewer``: leases renewed by a process of their own (``renewer="process"``).
 
 This is the worker's side of it.
+``ProcessRenewer(backend, config=None, *, clock=None, queues=(), **config_fields)``:
+the renewer process builds its own backend from ``backend.spec()`` (and ``queues``'
+too: ``RenewedQueues``) and runs a ``ThreadRenewer`` there. Its credentials come
+from the environment it inherits, or are the ones the worker's client was given
+in code, sent over its socket (``leasekeeper.backends.spec.renewal_spec``).
 ``ProcessRenewer`` holds the handlers' leases and starts a renewer process through
 a ``RenewerLink`` (``renewers._link``), sending it the backend's spec and the config
 (a backend whose credentials the renewer would lack fails the manager's
@@ -107,14 +112,7 @@ __all__ = ["ProcessRenewer", "RemoteLease", "RemoteWatchLease"]
 
 
 class ProcessRenewer:
-    """Leases renewed by a child process of this one (see the module docstring).
-
-    ``ProcessRenewer(backend, config=None, *, clock=None, queues=(), **config_fields)``:
-    the renewer process builds its own backend from ``backend.spec()`` (and ``queues``'
-    too: ``RenewedQueues``) and runs a ``ThreadRenewer`` there. Its credentials come
-    from the environment it inherits, or are the ones the worker's client was given
-    in code, sent over its socket (``leasekeeper.backends.spec.renewal_spec``).
-    """
+    """Leases renewed by a child process of this one (see the module docstring)."""
 
     name = "process"
 
@@ -254,6 +252,11 @@ class ProcessRenewer:
     def running(self) -> bool:
         link = self._link  # renewing: its process runs and has built its backend
         return not self._closed and link is not None and link.serving and link.alive
+
+    @property
+    def replacing(self) -> bool:
+        """Not running, not gone for good: a new renewer process is on its way."""
+        return not (self._closed or self._maker.unbuildable or self.running)
 
     def register(self, message: Message) -> Lease:
         return self._add(message, watch=False)
