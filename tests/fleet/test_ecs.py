@@ -84,6 +84,36 @@ def test_a_failed_call_is_tried_again_after_a_growing_pause() -> None:
     assert plan.protected(52.0) and plan.next_at(52.0) == 66.0
 
 
+def test_a_protect_that_may_have_taken_effect_is_lifted_all_the_same() -> None:
+    plan = ProtectionPlan(minutes=60, idle_grace=5.0)
+    plan.on_busy()
+    plan.answered(True, False, sent_at=0.0, now=1.0, unsure=True)  # the agent's 500
+    assert not plan.protected(1.0) and plan.held(1.0)
+    plan.on_idle(10.0)
+    assert plan.next_at(10.0) == 16.0  # the grace, and the backoff after the failure
+    assert plan.due(16.0) is False
+    plan.answered(False, True, sent_at=16.0, now=16.0)
+    assert not plan.held(16.0) and plan.due(100.0) is None
+    # A call that never reached the agent (refused) protected nothing: nothing to lift.
+    plan = ProtectionPlan(minutes=60, idle_grace=5.0)
+    plan.on_busy()
+    plan.answered(True, False, sent_at=0.0, now=0.0)
+    plan.on_idle(1.0)
+    assert not plan.held(1.0) and plan.next_at(1.0) is None
+
+
+def test_a_drain_lifts_the_protection_at_once_even_after_failures() -> None:
+    plan = ProtectionPlan(minutes=60, idle_grace=5.0)
+    plan.on_busy()
+    plan.answered(True, True, sent_at=0.0, now=0.0)
+    plan.on_idle(10.0)
+    plan.answered(False, False, sent_at=15.0, now=15.0)  # retried at 30 s
+    plan.on_drain()
+    assert plan.due(16.0) is False
+    plan.answered(False, False, sent_at=16.0, now=16.0)
+    assert plan.due(17.0) is None and plan.next_at(17.0) == 46.0  # then the backoff
+
+
 def test_a_protection_that_ran_out_is_not_removed() -> None:
     plan = ProtectionPlan(minutes=1, idle_grace=5.0)
     plan.on_busy()
@@ -111,17 +141,18 @@ def test_the_agent_gets_the_documented_body_and_its_answers_are_read(cloud: Clou
     cloud.state.ecs_mode = "error"
     with pytest.raises(ProtectionError, match="HTTP 500: ServerException: Timed out") as error:
         agent.put(True, 30)
-    assert not error.value.permanent
+    assert not error.value.permanent and error.value.unsure  # ECS may have done it
     cloud.state.ecs_mode = "failure"
     with pytest.raises(ProtectionError, match="ECS refused: TASK_NOT_VALID") as error:
         agent.put(True, 30)
-    assert error.value.permanent
+    assert error.value.permanent and not error.value.unsure
 
 
 def test_an_unreachable_agent_is_a_protection_error() -> None:
     agent = EcsAgent(f"http://127.0.0.1:{free_port()}/api/x", timeout=2.0)
-    with pytest.raises(ProtectionError, match="the ECS agent did not answer"):
+    with pytest.raises(ProtectionError, match="the ECS agent did not answer") as error:
         agent.put(True, 5)
+    assert not error.value.unsure  # refused: it never had the request
 
 
 # ------------------------------------------------------------------ on a ManualClock

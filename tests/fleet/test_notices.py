@@ -5,6 +5,7 @@ ManualClock, and a worker drained by a notice (real time, MemoryQueue)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from leasekeeper import Message, Worker
+from leasekeeper.aio import AsyncWorker
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.fleet import (
     AlibabaSpotNotices,
@@ -343,15 +345,17 @@ def test_azure_is_told_to_go_ahead_once_the_worker_drained(cloud: CloudServer) -
 
 SCRIPT = textwrap.dedent(
     """
-    import json, sys, time
+    import json, sys, threading, time
     from leasekeeper import Worker
     from leasekeeper.backends.memory import MemoryQueue
     from leasekeeper.fleet import InterruptionWatch, Notice
 
+    running = threading.Event()
+
     class Soon:
         name = "soon"
-        def poll(self):
-            return Notice(time.time() + 60, "a notice a minute ahead")
+        def poll(self):  # once the job runs: a notice a minute ahead
+            return Notice(time.time() + 60, "a notice") if running.is_set() else None
         def acknowledge(self, notice):
             pass
 
@@ -359,7 +363,8 @@ SCRIPT = textwrap.dedent(
     queue.send("job")
     def handler(message):
         print("started", flush=True)
-        time.sleep(1.0)
+        running.set()
+        time.sleep(3.0)
     watch = InterruptionWatch(Soon(), every=0.1, margin=1.0)
     worker = Worker(queue, handler, wait_seconds=0.05, shutdown_timeout=5, renewer="thread",
                     interruption_notice=watch)
@@ -393,3 +398,31 @@ def test_sigterm_during_a_notice_s_drain_is_a_first_signal_not_a_second(tmp_path
     # The running handler finished: the signal did not skip the wait.
     assert json.loads(out.strip().splitlines()[-1]) == {"completed": 1, "left": 0}
     assert "second signal" not in err
+
+
+@pytest.mark.realtime
+def test_an_async_worker_is_drained_by_a_notice_the_same_way() -> None:
+    queue = MemoryQueue(30.0)
+    queue.send("long")
+    source = Scripted()
+    started = threading.Event()
+
+    async def handler(message: Message) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    async def main() -> None:
+        watch = InterruptionWatch(source, every=0.1, margin=1.0)
+        worker = AsyncWorker(
+            queue, handler, wait_seconds=0.05, renewer="thread", interruption_notice=watch
+        )
+        running = asyncio.ensure_future(worker.run())
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 30)
+        source.answers = [Notice(time.time() + 2.0, "soon")]
+        await asyncio.wait_for(running, 20)  # not the handler's 30 s
+        assert worker.stats.completed == 0
+
+    began = time.monotonic()
+    asyncio.run(main())
+    assert time.monotonic() - began < 15
+    assert queue.visible_count() == 1  # released, a margin before the notice's time

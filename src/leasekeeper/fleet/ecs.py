@@ -55,11 +55,14 @@ NEVER = frozenset({"TASK_NOT_VALID"})
 
 
 class ProtectionError(Exception):
-    """A protection call that did not take effect; ``permanent``: it never will."""
+    """A protection call that did not take effect, as far as is known: ``unsure``,
+    it may have (the agent timed out, or failed after it may have asked ECS);
+    ``permanent``, it never will."""
 
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
+    def __init__(self, message: str, *, permanent: bool = False, unsure: bool = False) -> None:
         super().__init__(message)
         self.permanent = permanent
+        self.unsure = unsure
 
 
 class EcsAgent:
@@ -84,7 +87,8 @@ class EcsAgent:
             )
         except Exception as exc:  # refused, reset, timed out, a malformed answer
             raise ProtectionError(
-                f"the ECS agent did not answer ({type(exc).__name__}: {exc})"
+                f"the ECS agent did not answer ({type(exc).__name__}: {exc})",
+                unsure=isinstance(exc, TimeoutError),  # it had the request
             ) from None
         refusal = _refusal(answer)
         if refusal is not None:
@@ -112,11 +116,13 @@ def _refusal(answer: Answer) -> ProtectionError | None:
         detail = failure.get("Detail")
         text = f"ECS refused: {reason}" + (f" ({detail})" if detail else "")
         return ProtectionError(text[:300], permanent=reason in NEVER)
+    unsure = answer.status >= 500  # the agent may have asked ECS, which may have done it
     error = data.get("error")
     if isinstance(error, dict):
         text = f"HTTP {answer.status}: {error.get('Code') or 'error'}: {error.get('Message') or ''}"
-        return ProtectionError(text.strip(": ")[:300])
-    return ProtectionError(f"HTTP {answer.status} from the ECS agent: {answer.text[:200]!r}")
+        return ProtectionError(text.strip(": ")[:300], unsure=unsure)
+    text = f"HTTP {answer.status} from the ECS agent: {answer.text[:200]!r}"
+    return ProtectionError(text, unsure=unsure)
 
 
 def backoff(failures: int) -> float:
@@ -133,7 +139,10 @@ class ProtectionPlan:
     ``protected_until`` is a conservative estimate: the time just before the last
     successful protect was sent, plus its minutes (ECS counts from when it got it,
     later). A failed call changes nothing of what is believed; it only delays the
-    next try (``retry_at``).
+    next try (``retry_at``) - except that a protect whose outcome is unknown (the
+    agent timed out, or failed after it may have asked ECS) may hold until
+    ``maybe_until``: once idle, the protection is lifted all the same, so that a
+    task is never left protected by a call that seemed to fail.
     """
 
     minutes: int = 60
@@ -142,6 +151,7 @@ class ProtectionPlan:
     draining: bool = False
     idle_since: float | None = None
     protected_until: float | None = None
+    maybe_until: float | None = None
     retry_at: float | None = None
     failures: int = 0
 
@@ -155,6 +165,10 @@ class ProtectionPlan:
     def protected(self, now: float) -> bool:
         return self.protected_until is not None and now < self.protected_until
 
+    def held(self, now: float) -> bool:
+        """Protected, or maybe (an unsure protect): what lifting it is for."""
+        return self.protected(now) or (self.maybe_until is not None and now < self.maybe_until)
+
     def on_busy(self) -> None:
         if not self.draining:
             self.busy, self.idle_since = True, None
@@ -163,6 +177,8 @@ class ProtectionPlan:
         self.busy, self.idle_since = False, now
 
     def on_drain(self) -> None:
+        if not self.draining:
+            self.retry_at = None  # lifted at once, even while the agent was failing
         self.busy, self.draining = False, True
 
     def due(self, now: float) -> bool | None:
@@ -179,7 +195,7 @@ class ProtectionPlan:
     def _next(self, now: float) -> float | None:
         if self.busy and not self.draining:
             at = now if self.protected_until is None else self.protected_until - self.renew_lead
-        elif not self.protected(now):
+        elif not self.held(now):
             return None  # nothing to remove: never set, removed, or run out
         elif self.draining:
             at = now
@@ -189,14 +205,22 @@ class ProtectionPlan:
             return None
         return at if self.retry_at is None else max(at, self.retry_at)
 
-    def answered(self, enabled: bool, ok: bool, sent_at: float, now: float) -> None:
-        """The call ``enabled`` sent at ``sent_at`` was answered (``ok``) at ``now``."""
+    def answered(
+        self, enabled: bool, ok: bool, sent_at: float, now: float, *, unsure: bool = False
+    ) -> None:
+        """The call ``enabled`` sent at ``sent_at`` was answered (``ok``) at ``now``;
+        ``unsure``: it failed, but may have taken effect."""
+        until = now + self.minutes * 60.0  # the latest a protect sent by now could hold
         if ok:
             self.failures, self.retry_at = 0, None
             self.protected_until = sent_at + self.minutes * 60.0 if enabled else None
-        else:
-            self.failures += 1
-            self.retry_at = now + backoff(self.failures)
+            if not enabled:
+                self.maybe_until = None
+            return
+        self.failures += 1
+        self.retry_at = now + backoff(self.failures)
+        if enabled and unsure:
+            self.maybe_until = until if self.maybe_until is None else max(self.maybe_until, until)
 
 
 class ScaleInProtection(WorkerListener):
@@ -332,7 +356,8 @@ class ScaleInProtection(WorkerListener):
                     error = exc
                 finally:
                     cond.acquire()
-                plan.answered(enabled, error is None, sent_at, clock.now())
+                unsure = error is not None and error.unsure
+                plan.answered(enabled, error is None, sent_at, clock.now(), unsure=unsure)
                 self._report(enabled, error)
                 if error is not None and error.permanent:
                     self._thread = None
