@@ -99,8 +99,13 @@ def test_stop_lets_handlers_finish_then_releases_and_cancels_the_rest() -> None:
     queue.send_many(["quick", "stuck"])
     done: list[str] = []
     cancelled: list[str] = []
+    started: list[str] = []
+    both = asyncio.Event()
 
     async def handler(message: Message) -> None:
+        started.append(str(message.body))
+        if len(started) == 2:
+            both.set()
         try:
             await asyncio.sleep(60 if message.body == "stuck" else 0.3)
         except asyncio.CancelledError:
@@ -113,8 +118,7 @@ def test_stop_lets_handlers_finish_then_releases_and_cancels_the_rest() -> None:
             queue, handler, concurrency=2, wait_seconds=0.05, shutdown_timeout=1.0, **TIMING
         )
         running = asyncio.ensure_future(worker.run())
-        while queue.in_flight_count() < 2:
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(both.wait(), 30)  # stopped while both handlers run
         worker.stop()
         return await running
 
@@ -129,15 +133,18 @@ def test_on_a_shared_manager_it_leaves_the_manager_open_and_tells_the_handler() 
     queue.send("stuck")
     manager = LeaseManager(queue, **TIMING)
     told: list[bool] = []
+    started = asyncio.Event()
 
     async def handler(message: Message) -> None:
+        started.set()
         told.append(await aio.current_lease().lost.wait())  # released under it at shutdown
 
     async def main() -> Any:
         worker = AsyncWorker(manager, handler, wait_seconds=0.05, shutdown_timeout=0.3)
         running = asyncio.ensure_future(worker.run())
-        while queue.in_flight_count() < 1:
-            await asyncio.sleep(0.01)
+        # Stopped while its handler runs (a receive out at the stop would give its
+        # message back unhandled).
+        await asyncio.wait_for(started.wait(), 30)
         worker.stop()
         return await running
 

@@ -65,11 +65,11 @@ class LoopState(Protocol):
 
     @property
     def drain_deadline(self) -> float | None:
-        """When the graceful shutdown must end, on the worker's clock, if a stop
-        request set it (``stop()`` and signals: ``shutdown_timeout`` after the
-        request; an interruption notice: a margin before the machine goes); None:
-        ``shutdown_timeout`` after the drain begins. It may move earlier while the
-        loop waits: the loop reads it again after every change."""
+        """When the graceful shutdown must end, on the worker's clock, if
+        ``drain(deadline)`` set it (an interruption notice: a margin before the
+        machine goes; a signal during such a drain: ``shutdown_timeout`` after it,
+        if sooner); None: ``shutdown_timeout`` after the drain begins. It may move
+        earlier while the loop waits: the loop reads it again after every change."""
         ...
 
 
