@@ -227,7 +227,11 @@ def test_the_watch_polls_every_few_seconds_and_drains_by_the_notice_less_a_margi
     drained: list[float] = []
     done = threading.Event()
     watch = InterruptionWatch(
-        source, lambda deadline: (drained.append(deadline), done.set()), clock=clock, margin=10
+        source,
+        lambda deadline: (drained.append(deadline), done.set()),
+        clock=clock,
+        every=5.0,
+        margin=10,
     )
     watch.started()
     try:

@@ -52,7 +52,7 @@ def fleet_flags(p: argparse.ArgumentParser) -> None:
     fleet.add_argument(
         "--interruption-notice",
         choices=NOTICES,
-        help="poll this cloud's metadata service every 5 s for a spot or preemption "
+        help="poll this cloud's metadata service every 2 s for a spot or preemption "
         "notice (aws: EC2 spot instance-action, with IMDSv2; azure: Scheduled Events "
         "Preempt and Terminate; alibaba: ECS spot termination-time); on one, drain as "
         "on SIGTERM, with the notice's time as the deadline, and exit 0",

@@ -4,7 +4,8 @@
 ``NoticeSource`` of your own; ``leasekeeper worker --interruption-notice aws``)
 adds an ``InterruptionWatch`` to the worker's listeners. While the worker runs, one
 thread of its own (``leasekeeper-interruption``) asks the machine's metadata
-service every ``every`` seconds (5: what AWS advises) whether the machine is about
+service every ``every`` seconds (2: AWS advises at least every 5; a notice may
+come only seconds ahead, and asking is a local call) whether the machine is about
 to go (``fleet.notices``). On a notice it starts the same graceful drain as SIGTERM
 - ``worker.drain(deadline)`` - with the notice's time, less ``margin`` seconds, as
 the deadline: nothing more is received from that moment, running handlers go on,
@@ -45,7 +46,7 @@ class InterruptionWatch(WorkerListener):
         source: NoticeSource,
         drain: Callable[[float], None] | None = None,
         *,
-        every: float = 5.0,
+        every: float = 2.0,
         margin: float = 10.0,
         clock: Clock | None = None,
     ) -> None:
