@@ -182,9 +182,10 @@ def queue_counts(client: Any, url: str) -> tuple[int, int]:
 # ------------------------------------------------------------------ ECS scale-in protection
 
 
-def test_three_jobs_are_protected_before_the_first_and_unprotected_after_the_last(
+def three_protected_jobs(
     moto_endpoint: str, queue_url: str, workdir: Path, cloud: CloudServer
-) -> None:
+) -> tuple[Command, int]:
+    """Three 2 s jobs, one after another, under --scale-in-protection, to the end."""
     client = make_client(moto_endpoint)
     for i in range(3):
         client.send_message(QueueUrl=queue_url, MessageBody=f"job-{i}")
@@ -195,9 +196,16 @@ def test_three_jobs_are_protected_before_the_first_and_unprotected_after_the_las
         "--until-idle", "3", "--status-every", "0", *TIMING,
     )  # fmt: skip
     try:
-        code = command.finish()
+        return command, command.finish()
     finally:
         command.stop()
+
+
+def test_three_jobs_are_protected_before_the_first_and_unprotected_after_the_last(
+    moto_endpoint: str, queue_url: str, workdir: Path, cloud: CloudServer
+) -> None:
+    client = make_client(moto_endpoint)
+    command, code = three_protected_jobs(moto_endpoint, queue_url, workdir, cloud)
     err = "\n".join(command.err.lines)
     assert code == 0, err
     out = command.out.lines
@@ -221,18 +229,7 @@ def test_an_agent_answering_500_costs_at_most_two_warnings_and_the_jobs_run(
 ) -> None:
     cloud.state.ecs_mode = "error"
     client = make_client(moto_endpoint)
-    for i in range(3):
-        client.send_message(QueueUrl=queue_url, MessageBody=f"job-{i}")
-    command = Command(
-        workdir,
-        env_for(moto_endpoint, ECS_AGENT_URI=cloud.agent_uri),
-        "jobs:two", "--sqs", queue_url, "--scale-in-protection", "--concurrency", "1",
-        "--until-idle", "3", "--status-every", "0", *TIMING,
-    )  # fmt: skip
-    try:
-        code = command.finish()
-    finally:
-        command.stop()
+    command, code = three_protected_jobs(moto_endpoint, queue_url, workdir, cloud)
     err = command.err.lines
     assert code == 0, err
     assert len(times(command.out.lines, "done")) == 3

@@ -18,6 +18,7 @@ from leasekeeper.backends.forwarding import ForwardingBackend
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.receiving import WorkerListener
 from leasekeeper.testing import ManualClock
+from tests.core.test_worker import drive
 
 
 class Heard(WorkerListener):
@@ -153,17 +154,6 @@ def test_what_a_receive_brings_after_stop_was_asked_is_given_back_unhandled(
     assert handled == [] and worker.stats.received == 0
     assert inner.visible_count() == 2  # visible again at once
     assert "2 message(s) came in as the worker stopped: given back" in caplog.text
-
-
-def drive(clock: ManualClock, thread: threading.Thread, step: float = 1.0) -> None:
-    """Advance ``clock`` by ``step`` each time something waits on it, until ``thread``
-    ends."""
-    for _ in range(10_000):
-        if not thread.is_alive():
-            return
-        if clock.wait_for_sleepers(1, timeout=0.2):
-            clock.advance(step)
-    raise AssertionError("the worker never finished")
 
 
 def test_drain_gives_handlers_until_its_deadline_then_releases(clock: ManualClock) -> None:

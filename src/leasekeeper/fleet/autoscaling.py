@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from leasekeeper.backends.contract import Backend, QueueCounts
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, wait_until
@@ -75,10 +75,10 @@ class BacklogSampler:
                 log.warning("backlog: %r cannot count its messages (no queue_counts)", backend)
 
     @classmethod
-    def of(cls, worker: object, *, every: float = 30.0) -> BacklogSampler:
+    def of(cls, worker: Any, *, every: float = 30.0) -> BacklogSampler:
         """A sampler of ``worker``'s queues (a ``Worker``'s or an ``AsyncWorker``'s),
         by the names its stats use, on its clock."""
-        sources = worker.intake.sources.all  # type: ignore[attr-defined]
+        sources = worker.intake.sources.all
         return cls(
             [(source.name, source.backend) for source in sources],
             every=every,
