@@ -8,9 +8,18 @@ stale receipt is rejected exactly where the real service would reject it.
 
 It is the demo's backend and a tool for your own tests: ``send`` messages, run
 your worker, then look at ``deleted_ids``, ``visible_count()``, ``receive_counts``
-and the per-operation call counters. For a long run, ``history=False`` keeps
-only ``deleted_count``, so the queue's memory follows its backlog rather than
-every message it ever held.
+and the per-operation call counters.
+
+``MemoryQueue(fifo=True)`` (or a queue named ``*.fifo``: ``memory://jobs.fifo``)
+is a FIFO queue as SQS keeps one: every message is sent with a ``group_id``, a
+receive hands each message group out in the order it was sent - as many of a
+group as it can, then other groups - and hands out nothing more of a group while
+any of its messages is in flight (received, not yet deleted, not yet visible
+again). On any queue a message sent with a ``group_id`` has it as ``message.group``
+(on a standard queue it orders nothing, as SQS's "fair" queues' groups do not).
+
+For a long run, ``history=False`` keeps only ``deleted_count``, so the queue's
+memory follows its backlog rather than every message it ever held.
 
 ``leasekeeper.connect("memory://jobs")`` is the process-wide queue named "jobs"
 (``named_queue``). A MemoryQueue lives in this process's memory: it cannot be
@@ -59,6 +68,7 @@ class MemoryRecord(NamedTuple):
     received_at: float
     visibility_timeout: float
     attributes: Mapping[str, str] | None = None
+    group: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -71,6 +81,7 @@ class _Stored:
         "attributes",
         "body",
         "cap_at",
+        "group",
         "id",
         "in_ready",
         "receipt",
@@ -80,11 +91,17 @@ class _Stored:
     )
 
     def __init__(
-        self, id: str, body: str | bytes, visible_at: float, attributes: dict[str, str]
+        self,
+        id: str,
+        body: str | bytes,
+        visible_at: float,
+        attributes: dict[str, str],
+        group: str | None = None,
     ) -> None:
         self.id = id
         self.body = body
         self.attributes = attributes
+        self.group = group
         self.receipt = ""  # none until first received
         self.visible_at = visible_at
         self.receive_count = 0
@@ -103,6 +120,8 @@ class MemoryQueue:
     entries"). ``history=False`` keeps only ``deleted_count``, not ``deleted_ids``
     and ``receive_counts``. Arguments are checked as the cloud backends check
     theirs, without rounding to whole seconds; messages carry attributes.
+    ``fifo``: a FIFO queue (see the module docstring); None (the default): when
+    ``name`` ends in ``.fifo``.
     """
 
     #: Lives in this process: ``leasekeeper.connect`` leaves ``spec()`` refusing.
@@ -121,6 +140,7 @@ class MemoryQueue:
         max_lease_age: float | None = None,
         name: str = "memory",
         history: bool = True,
+        fifo: bool | None = None,
     ) -> None:
         self.max_visibility = check_seconds("max_visibility", max_visibility, low=1e-9)
         self.visibility_timeout = check_seconds(
@@ -137,12 +157,15 @@ class MemoryQueue:
         self.rotates_receipts = rotate_receipts
         self.max_batch = max_batch
         self.name = name
+        #: A FIFO queue: message groups handed out in order, one run at a time.
+        self.fifo = name.endswith(".fifo") if fifo is None else bool(fifo)
         self._driven = isinstance(self.clock, DrivenClock)
         # Guards every record and index below; receivers long-poll on the condition.
         self._mutex = threading.RLock()
         self._lock = threading.Condition(self._mutex)
         self._records: dict[str, _Stored] = {}
-        self._ready: deque[_Stored] = deque()  # visible, in arrival order
+        self._ready: deque[_Stored] = deque()  # visible, in arrival order (not FIFO)
+        self._order = _GroupOrder() if self.fifo else None  # a FIFO queue's groups
         self._hidden: list[tuple[float, int, int, _Stored]] = []  # (visible_at, seq, version, rec)
         self._seq = itertools.count()
         self._ids = itertools.count(1)
@@ -190,27 +213,37 @@ class MemoryQueue:
         )
 
     def __repr__(self) -> str:
-        return f"MemoryQueue(name={self.name!r}, visibility_timeout={self.visibility_timeout:g})"
+        fifo = ", fifo=True" if self.fifo and not self.name.endswith(".fifo") else ""
+        visibility = f"visibility_timeout={self.visibility_timeout:g}"
+        return f"MemoryQueue(name={self.name!r}, {visibility}{fifo})"
 
     # ------------------------------------------------------------------ producing
 
     def send(
-        self, body: str | bytes, attributes: Mapping[str, str] | None = None, *, delay: float = 0.0
+        self,
+        body: str | bytes,
+        attributes: Mapping[str, str] | None = None,
+        *,
+        delay: float = 0.0,
+        group_id: str | None = None,
     ) -> str:
         """Add a message with these attributes; it becomes visible after ``delay``
-        seconds. Returns its id."""
+        seconds. Returns its id. ``group_id``: its message group (``message.group``),
+        required on a FIFO queue, which takes no per-message delay (as SQS's)."""
         check_body(body)
         attrs = check_attributes(attributes, carried=True, service="MemoryQueue")
         delay = check_seconds("delay", delay)
+        _check_group(group_id, delay, self.fifo)
         with self._lock:
             message_id = f"m-{next(self._ids):06d}"
-            record = _Stored(message_id, body, self.clock.now() + delay, attrs)
+            record = _Stored(message_id, body, self.clock.now() + delay, attrs, group_id)
             self._records[message_id] = record
+            if self._order is not None:
+                self._order.add(record)
             if delay > 0:
                 self._hide(record, record.visible_at)
             else:
-                record.in_ready = True
-                self._ready.append(record)
+                self._make_ready(record)
             self._lock.notify()
         return message_id
 
@@ -268,9 +301,17 @@ class MemoryQueue:
     # ------------------------------------------------------------------ internals
 
     def _visible_locked(self) -> int:
+        if self.fifo:
+            return sum(record.in_ready for record in self._records.values())
         # _ready may still hold a record deleted or hidden again since it was promoted
         # (receive skips those); count each visible record once.
         return len({id(r) for r in self._ready if r.in_ready and r.id in self._records})
+
+    def _make_ready(self, record: _Stored) -> None:
+        """``record`` is visible (a FIFO queue finds it in its group)."""
+        record.in_ready = True
+        if not self.fifo:
+            self._ready.append(record)
 
     def _hide(self, record: _Stored, until: float) -> None:
         record.visible_at = until
@@ -283,8 +324,7 @@ class MemoryQueue:
         while hidden and hidden[0][0] <= now:
             _, _, version, record = heapq.heappop(hidden)
             if record.version == version and not record.in_ready and record.id in self._records:
-                record.in_ready = True
-                self._ready.append(record)
+                self._make_ready(record)
 
     def _new_receipt(self, record: _Stored) -> str:
         record.receipt = f"rcpt-{os.urandom(8).hex()}"
@@ -331,7 +371,8 @@ class MemoryQueue:
             deadline = now + wait_seconds
             while True:
                 self._promote(now)
-                if self._ready or self._driven or now >= deadline:
+                chosen = self._available(max_messages)
+                if chosen or self._driven or now >= deadline:
                     break
                 wait = deadline - now
                 if self._hidden:
@@ -339,10 +380,7 @@ class MemoryQueue:
                 self.clock.wait(self._lock, wait)
                 now = self.clock.now()
             out: list[Message] = []
-            while self._ready and len(out) < max_messages:
-                record = self._ready.popleft()
-                if record.id not in self._records or not record.in_ready:
-                    continue
+            for record in chosen:
                 record.receive_count += 1
                 if self.history:
                     self.receive_counts[record.id] = record.receive_count
@@ -358,10 +396,25 @@ class MemoryQueue:
                     now,
                     vis,
                     record.attributes,
+                    record.group,
                 )
                 out.append(self._message(raw, record.cap_at))
             self._entries["receive"] += len(out)
             return out
+
+    def _available(self, most: int) -> list[_Stored]:
+        """Up to ``most`` visible records to hand out, taken (lock held): the oldest
+        first; on a FIFO queue, each group's in order, from groups with nothing in
+        flight, as many of a group as there are before the next group's."""
+        if self._order is not None:
+            return self._order.take(most)
+        chosen: list[_Stored] = []
+        ready = self._ready
+        while ready and len(chosen) < most:
+            record = ready.popleft()
+            if record.id in self._records and record.in_ready:
+                chosen.append(record)
+        return chosen
 
     def _message(self, raw: MemoryRecord, cap_at: float | None) -> Message:
         # The manager stops extending cap_margin before the queue's own cap, as on SQS.
@@ -377,6 +430,7 @@ class MemoryQueue:
             raw=raw,
             hard_deadline=hard,
             attributes=raw.attributes,
+            group=raw.group,
         )
 
     def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
@@ -431,6 +485,8 @@ class MemoryQueue:
                 # Gone from _records is gone: receive and _promote skip what is not
                 # there, so its heap entries and version need no update.
                 del self._records[message_id]
+                if self._order is not None:
+                    self._order.remove(found, self._lock)
                 self.deleted_count += 1
                 if self.history:
                     self.deleted_ids.append(message_id)
@@ -455,6 +511,8 @@ class MemoryQueue:
         del self._records[message_id]
         found.version += 1
         found.in_ready = False
+        if self._order is not None:
+            self._order.remove(found, self._lock)
         self.deleted_count += 1
         self._batch_deleted += 1
         if self.history:
@@ -483,8 +541,7 @@ class MemoryQueue:
                     found.version += 1
                     found.visible_at = now
                     if not found.in_ready:
-                        found.in_ready = True
-                        self._ready.append(found)
+                        self._make_ready(found)
                 if self.rotates_receipts:
                     self._new_receipt(found)  # the old receipt dies with the release
                 out.append(OK)
@@ -500,6 +557,66 @@ class MemoryQueue:
             )
         self._calls[operation] += 1
         self._entries[operation] += len(handles)
+
+
+def _check_group(group_id: object, delay: float, fifo: bool) -> None:
+    """``send``'s ``group_id``: a non-empty str or None; required on a FIFO queue, which
+    takes no delay."""
+    if group_id is not None and (not isinstance(group_id, str) or not group_id):
+        raise ValueError(f"group_id must be a non-empty str, got {group_id!r}")
+    if fifo:
+        if group_id is None:
+            raise ValueError("a FIFO queue needs group_id (its message group) for send")
+        if delay:
+            raise ValueError("a FIFO queue takes no per-message delay: send with delay=0")
+
+
+class _GroupOrder:
+    """A FIFO MemoryQueue's messages by group, each group in the order sent (a dict
+    keeps the groups' order). A group is here while it has a message not deleted.
+    Its queue's lock guards it."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, deque[_Stored]] = {}
+
+    def add(self, record: _Stored) -> None:
+        assert record.group is not None
+        self.groups.setdefault(record.group, deque()).append(record)
+
+    def remove(self, record: _Stored, waiters: threading.Condition) -> None:
+        """``record`` was deleted: its group may be handed out again, so a long poll
+        waiting on ``waiters`` wakes."""
+        assert record.group is not None
+        records = self.groups.get(record.group)
+        if records is not None:
+            records.remove(record)
+            if not records:
+                del self.groups[record.group]
+        waiters.notify_all()
+
+    def take(self, most: int) -> list[_Stored]:
+        """Up to ``most`` visible records: each group's in order, from groups with
+        nothing in flight, as many of a group as there are before the next group's."""
+        chosen: list[_Stored] = []
+        for records in self.groups.values():
+            if len(chosen) >= most:
+                break
+            # In flight: received and hidden. The received records lead their group
+            # (it is handed out in order): the look stops at the first never received.
+            locked = False
+            for record in records:
+                if not record.receive_count:
+                    break
+                if not record.in_ready:
+                    locked = True
+                    break
+            if locked:
+                continue
+            for record in records:
+                if len(chosen) >= most or not record.in_ready:
+                    break
+                chosen.append(record)
+        return chosen
 
 
 _named: dict[str, MemoryQueue] = {}
