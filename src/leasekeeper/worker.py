@@ -232,7 +232,7 @@ class Worker:
         self._jobs = _HandOut()
         self._handlers = []
         self.intake.ordering.start(
-            self._slots, self._stop.is_set, self._resume_locked, self._wake_locked
+            self._slots, self._stop.is_set, self._resume_locked, self._wake_locked, self._answered
         )
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
@@ -265,7 +265,7 @@ class Worker:
 
     @property
     def unsettled(self) -> int:
-        return self._unsettled
+        return self._unsettled + self.intake.ordering.releasing
 
     @property
     def stopping(self) -> bool:
@@ -445,6 +445,10 @@ class Worker:
     def _release_answered(self, lease: Lease, future: Future[None]) -> None:
         """A failed message's queued release (``Intake.fail``) was answered."""
         self._settled(lease, future.exception(), "failed")
+
+    def _answered(self) -> None:
+        with self._slots:  # a FIFO group's held-back message's release was answered
+            self._wake_locked(True)
 
     def _resume_locked(self, job: tuple[Message, Lease]) -> None:
         """A FIFO group's next message starts (``Ordering``; slot lock held)."""

@@ -231,7 +231,9 @@ class AsyncWorker:
         self._loop = loop
         self._changed = asyncio.Event()
         self.error = None
-        self.intake.ordering.start(nullcontext(), lambda: self._stopping, self._resume, self._wake)
+        self.intake.ordering.start(
+            nullcontext(), lambda: self._stopping, self._resume, self._wake, self._answered_off_loop
+        )
         # Before the first register: the relay must hear of every lease's end.
         self._relay = relay_for(self.manager)
         executor = ThreadPoolExecutor(1, thread_name_prefix="leasekeeper-aio")
@@ -270,7 +272,7 @@ class AsyncWorker:
 
     @property
     def unsettled(self) -> int:
-        return self._unsettled
+        return self._unsettled + self.intake.ordering.releasing
 
     @property
     def stopping(self) -> bool:
@@ -410,6 +412,11 @@ class AsyncWorker:
         rest = self.intake.ordering.take_rest(lease)
         futures = await asyncio.to_thread(self.intake.release_failed, lease, error, rest)
         return "failed", futures[0] if futures else None
+
+    def _answered_off_loop(self) -> None:
+        loop = self._loop  # a FIFO group's held-back message's release was answered
+        if loop is not None:
+            call_soon_threadsafe(loop, self._wake)
 
     def _resume(self, job: tuple[Message, Lease]) -> None:
         self._start(*job)  # a FIFO group's next message (``Ordering``)

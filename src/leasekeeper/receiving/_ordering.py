@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
@@ -79,6 +80,10 @@ class Ordering:
         self._stopping: Callable[[], bool] = lambda: True
         self._resume: Callable[[Job], None] = lambda job: None
         self._wake: Callable[[], None] = lambda: None
+        self._answered: Callable[[], None] = lambda: None
+        # Held-back messages' releases queued and not answered yet (any thread ends one).
+        self._releasing = 0
+        self._releasing_lock = threading.Lock()
 
     def start(
         self,
@@ -86,16 +91,25 @@ class Ordering:
         stopping: Callable[[], bool],
         resume: Callable[[Job], None],
         wake: Callable[[], None],
+        answered: Callable[[], None],
     ) -> None:
         """A worker's run starts, holding no group (what its last run held was released
         when it ended). ``lock``: held while the groups and the worker's counts change
         together. ``stopping()``: nothing more of a group starts. ``resume(job)`` (lock
         held): a group's next message starts - hand it to a handler. ``wake()`` (lock
         held): a group was let go, and fewer messages may wait - a receive loop waiting
-        for either wakes."""
-        self._lock, self._stopping, self._resume, self._wake = lock, stopping, resume, wake
+        for either wakes. ``answered()`` (from any thread, no lock held): a held-back
+        message's release was answered - ``releasing`` is one less."""
+        self._lock, self._stopping, self._resume = lock, stopping, resume
+        self._wake, self._answered = wake, answered
         self.groups = Groups()
         self._recount()
+
+    @property
+    def releasing(self) -> int:
+        """Held-back messages whose release is queued and not answered yet: the worker
+        counts them unsettled (it is not idle, and its shutdown waits for them)."""
+        return self._releasing
 
     def key(self, message: Message) -> GroupKey | None:
         """The group ``message`` waits its turn in: None when its queue is not ordered
@@ -214,9 +228,20 @@ class Ordering:
             futures = self._manager.release_many_soon(leases, delay if failed else 0.0)
         except ManagerClosed:
             return None
+        with self._releasing_lock:
+            self._releasing += len(rest)
         for held, future in zip(rest, futures[-len(rest) :] if rest else (), strict=True):
-            future.add_done_callback(functools.partial(_release_answered, held))
+            future.add_done_callback(functools.partial(self._release_answered, held))
         return futures
+
+    def _release_answered(self, lease: Lease, future: Future[None]) -> None:
+        """A held-back message's release was answered (it was counted when it went)."""
+        error = future.exception()
+        if error is not None and not isinstance(error, LeaseLost):
+            log.warning("release of message %r failed: %s", lease.id, error)
+        with self._releasing_lock:
+            self._releasing -= 1
+        self._answered()
 
     def _recount(self) -> None:
         """Keep ``stats.groups_waiting`` (in total and per queue) current."""
@@ -229,10 +254,3 @@ class Ordering:
         for source in self._sources.all:
             if source.ordered:
                 source.stats.groups_waiting = groups.stalled(source.name)
-
-
-def _release_answered(lease: Lease, future: Future[None]) -> None:
-    """A held-back message's release was answered (it was counted when it went)."""
-    error = future.exception()
-    if error is not None and not isinstance(error, LeaseLost):
-        log.warning("release of message %r failed: %s", lease.id, error)
