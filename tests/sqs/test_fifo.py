@@ -259,3 +259,12 @@ def test_a_standard_queue_runs_one_groups_messages_side_by_side(
     worker = Worker(SQSBackend(make_client(moto_endpoint), url), handle, concurrency=4)
     stats = worker.run(until_idle=2)
     assert (stats.completed, stats.failed) == (4, 0) and groups == ["t"] * 4
+
+
+def test_the_fifo_example_runs_on_an_sqs_fifo_queue(make_queue: Any, moto_endpoint: str) -> None:
+    from tests.core.test_fifo_example import check_orders, run_example
+
+    url = make_queue(30, fifo=True)
+    check_orders(
+        run_example({**CHILD_ENV, "QUEUE_URL": url, "AWS_ENDPOINT_URL_SQS": moto_endpoint})
+    )

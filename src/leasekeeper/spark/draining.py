@@ -23,7 +23,10 @@ run on a thread of their own while the task receives and handles the next batch
 (a task holds at most two batches), so the output's writes and the service's
 round trips overlap instead of adding up. A handler that raises has
 its message released (``release_delay``, growing with the receive count through
-``release_backoff``) and a ``released`` row with the error. When an executor or a
+``release_backoff``) and a ``released`` row with the error. On a FIFO queue
+(``backend.fifo``) a batch's message groups run one message at a time, in order; a
+message that does not end well goes back with the later ones of its group (their
+rows: ``released``, "held back"), and a group's deletes are sent in order. When an executor or a
 Python worker dies mid-message, its leases lapse after one short visibility
 timeout and another task takes the message over. Delivery is at least once:
 handlers must be idempotent. The returned DataFrame keeps one row per message id,
@@ -640,6 +643,9 @@ def drain(
     threads run per task (default: ``batch_size``). ``config`` is the LeaseConfig
     of the executors' managers; by default failed messages are released for
     ``max(10, 2 * idle_seconds)`` seconds, doubling per receive.
+
+    On a FIFO queue each message group's order is kept: see docs/guide.md,
+    "Ordered (FIFO) queues".
 
     ``renewer="process"`` renews from a process beside each executor's Python
     worker (built from ``source``, with the executor's credentials), so handlers
