@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -219,6 +220,7 @@ def test_the_worker_command_keeps_each_group_in_order(
     (tmp_path / "ordered.py").write_text(HANDLER)
     journal = tmp_path / "journal.jsonl"
     flags = ["--concurrency", "8", "--until-idle", "3", "--release-delay", "0.5"]
+    flags += ["--status-every", "60"]  # its last line, at the end: the figures
     result = subprocess.run(
         [sys.executable, "-m", "leasekeeper", "worker", "ordered:handle", "--sqs", url, *flags],
         cwd=tmp_path,
@@ -240,6 +242,8 @@ def test_the_worker_command_keeps_each_group_in_order(
         active[group] += 1 if kind == "begin" else -1
         assert active[group] <= 1
     assert depth(client, url) == 0
+    # The status line counts the groups (never by id).
+    assert re.search(r"done 12, failed 1, lost 0, groups waiting 0, held back \d+", result.stderr)
 
 
 def test_a_standard_queue_runs_one_groups_messages_side_by_side(
