@@ -127,24 +127,11 @@ class Coalescer:
             if at_once and not self._flush_now:
                 self._flush_now = True
                 self._wakeup.notify()
-            pending = self._pending
-            pending.append(_Item(operation, lease, delay, then, now))
+            self._pending.append(_Item(operation, lease, delay, then, now))
             self._arrivals.append(now)
             per_backend = self._per_backend
             per_backend[id(backend)] = count = per_backend.get(id(backend), 0) + 1
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="leasekeeper-coalescer", daemon=True
-                )
-                self._thread.start()
-            # The flusher wants to hear of the first entry (it sleeps while there is
-            # none) and of a full batch (it waits for company until then); of the
-            # entries between, it hears when its window ends.
-            if count >= backend.max_batch and not self._full:
-                self._full = True
-                self._wakeup.notify()
-            elif len(pending) == 1:
-                self._wakeup.notify()
+            self._wake_locked(backend, count)
 
     def _submit_all(self, items: Sequence[tuple[str, Lease, float | None, Then]]) -> None:
         """``_submit`` of several, under one hold of the lock: the flusher takes them
@@ -162,7 +149,10 @@ class Coalescer:
                 self._wake_locked(backend, count)
 
     def _wake_locked(self, backend: Backend, count: int) -> None:
-        """``_submit``'s start of the flusher and its wake-ups, for ``_submit_all``."""
+        """An entry was added (``count``: ``backend``'s pending entries): start the
+        flusher, or wake it if it wants to hear of this one - the first entry (it
+        sleeps while there is none) or a full batch (it waits for company until
+        then); of the entries between, it hears when its window ends."""
         if self._thread is None:
             self._thread = threading.Thread(
                 target=self._run, name="leasekeeper-coalescer", daemon=True

@@ -38,7 +38,9 @@ class LoopState(Protocol):
 
     @property
     def running(self) -> int:
-        """Messages in hand: handled now, or waiting for a handler."""
+        """Messages in hand: handled now, or waiting for a handler. (A FIFO group's
+        messages waiting behind an earlier one count only beyond an allowance:
+        ``Intake.ordering``; and not at all once stopping, when none of them starts.)"""
         ...
 
     @property

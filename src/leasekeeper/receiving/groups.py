@@ -50,7 +50,7 @@ def is_ordered(backend: object) -> bool:
     for _ in range(16):
         fifo = getattr(backend, "fifo", None)
         if fifo is not None:
-            return bool(fifo)
+            return fifo is True  # a flag: anything else named fifo says nothing
         inner = getattr(backend, "inner", None)
         if inner is None:
             return False
