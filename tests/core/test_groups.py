@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from leasekeeper.backends.forwarding import ForwardingBackend
 from leasekeeper.backends.memory import MemoryQueue
-from leasekeeper.receiving.groups import Groups, is_ordered
+from leasekeeper.receiving.groups import Groups, in_waves, is_ordered
 
 A, B = ("q", "a"), ("q", "b")
 
@@ -63,3 +63,11 @@ def test_is_ordered_reads_fifo_through_wrappers() -> None:
         fifo = True
 
     assert is_ordered(Plugin()) and not is_ordered(object())
+
+
+def test_in_waves_puts_each_groups_nth_in_the_nth_wave() -> None:
+    jobs = ["a1", "b1", "a2", "x", "a3", "b2", "y"]
+    group = {"a": "a", "b": "b"}
+    waves = in_waves(jobs, lambda job: group.get(job[0]))
+    assert waves == [["a1", "b1", "x", "y"], ["a2", "b2"], ["a3"]]
+    assert in_waves([], lambda job: None) == []

@@ -109,6 +109,19 @@ class _Stored:
         self.in_ready = False
         self.cap_at: float | None = None
 
+    def received(self, receipt: str, now: float, visibility: float) -> MemoryRecord:
+        """What a receive hands out of it now (``Message.raw``)."""
+        return MemoryRecord(
+            self.id,
+            self.body,
+            receipt,
+            self.receive_count,
+            now,
+            visibility,
+            self.attributes,
+            self.group,
+        )
+
 
 def _refusal(found: _Stored | None) -> Outcome:
     """Why a delete of a message that is gone (None) or whose receipt is stale is refused."""
@@ -125,8 +138,7 @@ class MemoryQueue:
     entries"). ``history=False`` keeps only ``deleted_count``, not ``deleted_ids``
     and ``receive_counts``. Arguments are checked as the cloud backends check
     theirs, without rounding to whole seconds; messages carry attributes.
-    ``fifo``: a FIFO queue (see the module docstring); None (the default): when
-    ``name`` ends in ``.fifo``.
+    ``fifo``: a FIFO queue (module docstring); None (the default): if ``name`` ends in .fifo.
     """
 
     #: Lives in this process: ``leasekeeper.connect`` leaves ``spec()`` refusing.
@@ -162,15 +174,14 @@ class MemoryQueue:
         self.rotates_receipts = rotate_receipts
         self.max_batch = max_batch
         self.name = name
-        #: A FIFO queue: message groups handed out in order, one run at a time.
         self.fifo = name.endswith(".fifo") if fifo is None else bool(fifo)
         self._driven = isinstance(self.clock, DrivenClock)
         # Guards every record and index below; receivers long-poll on the condition.
         self._mutex = threading.RLock()
         self._lock = threading.Condition(self._mutex)
         self._records: dict[str, _Stored] = {}
-        self._ready: deque[_Stored] = deque()  # visible, in arrival order (not FIFO)
-        self._order = _GroupOrder() if self.fifo else None  # a FIFO queue's groups
+        # What a receive hands out first: the oldest visible, or each group's (FIFO).
+        self._order: _Arrival | _GroupOrder = _GroupOrder() if self.fifo else _Arrival()
         self._hidden: list[tuple[float, int, int, _Stored]] = []  # (visible_at, seq, version, rec)
         self._seq = itertools.count()
         self._ids = itertools.count(1)
@@ -218,9 +229,7 @@ class MemoryQueue:
         )
 
     def __repr__(self) -> str:
-        fifo = ", fifo=True" if self.fifo and not self.name.endswith(".fifo") else ""
-        visibility = f"visibility_timeout={self.visibility_timeout:g}"
-        return f"MemoryQueue(name={self.name!r}, {visibility}{fifo})"
+        return f"MemoryQueue(name={self.name!r}, visibility_timeout={self.visibility_timeout:g})"
 
     # ------------------------------------------------------------------ producing
 
@@ -232,9 +241,8 @@ class MemoryQueue:
         delay: float = 0.0,
         group_id: str | None = None,
     ) -> str:
-        """Add a message with these attributes; it becomes visible after ``delay``
-        seconds. Returns its id. ``group_id``: its message group (``message.group``),
-        required on a FIFO queue, which takes no per-message delay (as SQS's)."""
+        """Add a message with these attributes, visible after ``delay`` seconds; returns
+        its id. ``group_id``: its group, required on a FIFO queue (which takes no delay)."""
         check_body(body)
         attrs = check_attributes(attributes, carried=True, service="MemoryQueue")
         delay = check_seconds("delay", delay)
@@ -243,12 +251,11 @@ class MemoryQueue:
             message_id = f"m-{next(self._ids):06d}"
             record = _Stored(message_id, body, self.clock.now() + delay, attrs, group_id)
             self._records[message_id] = record
-            if self._order is not None:
-                self._order.add(record)
+            self._order.sent(record)
             if delay > 0:
                 self._hide(record, record.visible_at)
             else:
-                self._make_ready(record)
+                self._order.visible(record)
             self._lock.notify()
         return message_id
 
@@ -291,7 +298,7 @@ class MemoryQueue:
     def _counts(self) -> tuple[int, int, int]:
         with self._lock:
             self._promote(self.clock.now())
-            visible = self._visible_locked()
+            visible = self._order.count(self._records)
             delayed = sum(1 for r in self._records.values() if not (r.in_ready or r.receive_count))
             return visible, len(self._records) - visible - delayed, delayed
 
@@ -301,19 +308,6 @@ class MemoryQueue:
             return len(self._records)
 
     # ------------------------------------------------------------------ internals
-
-    def _visible_locked(self) -> int:
-        if self.fifo:
-            return sum(record.in_ready for record in self._records.values())
-        # _ready may still hold a record deleted or hidden again since it was promoted
-        # (receive skips those); count each visible record once.
-        return len({id(r) for r in self._ready if r.in_ready and r.id in self._records})
-
-    def _make_ready(self, record: _Stored) -> None:
-        """``record`` is visible (a FIFO queue finds it in its group)."""
-        record.in_ready = True
-        if not self.fifo:
-            self._ready.append(record)
 
     def _hide(self, record: _Stored, until: float) -> None:
         record.visible_at = until
@@ -326,7 +320,7 @@ class MemoryQueue:
         while hidden and hidden[0][0] <= now:
             _, _, version, record = heapq.heappop(hidden)
             if record.version == version and not record.in_ready and record.id in self._records:
-                self._make_ready(record)
+                self._order.visible(record)
 
     def _new_receipt(self, record: _Stored) -> str:
         record.receipt = f"rcpt-{os.urandom(8).hex()}"
@@ -373,7 +367,7 @@ class MemoryQueue:
             deadline = now + wait_seconds
             while True:
                 self._promote(now)
-                chosen = self._available(max_messages)
+                chosen = self._order.take(max_messages, self._records)
                 if chosen or self._driven or now >= deadline:
                     break
                 wait = deadline - now
@@ -390,33 +384,9 @@ class MemoryQueue:
                 self._hide(record, now + vis)
                 age = self.max_lease_age
                 record.cap_at = None if age == math.inf else now + age
-                raw = MemoryRecord(
-                    record.id,
-                    record.body,
-                    receipt,
-                    record.receive_count,
-                    now,
-                    vis,
-                    record.attributes,
-                    record.group,
-                )
-                out.append(self._message(raw, record.cap_at))
+                out.append(self._message(record.received(receipt, now, vis), record.cap_at))
             self._entries["receive"] += len(out)
             return out
-
-    def _available(self, most: int) -> list[_Stored]:
-        """Up to ``most`` visible records to hand out, taken (lock held): the oldest
-        first; on a FIFO queue, each group's in order, from groups with nothing in
-        flight, as many of a group as there are before the next group's."""
-        if self._order is not None:
-            return self._order.take(most)
-        chosen: list[_Stored] = []
-        ready = self._ready
-        while ready and len(chosen) < most:
-            record = ready.popleft()
-            if record.id in self._records and record.in_ready:
-                chosen.append(record)
-        return chosen
 
     def _message(self, raw: MemoryRecord, cap_at: float | None) -> Message:
         # The manager stops extending cap_margin before the queue's own cap, as on SQS.
@@ -487,8 +457,7 @@ class MemoryQueue:
                 # Gone from _records is gone: receive and _promote skip what is not
                 # there, so its heap entries and version need no update.
                 del self._records[message_id]
-                if self._order is not None:
-                    self._order.remove(found, self._lock)
+                self._order.deleted(found, self._lock)
                 self.deleted_count += 1
                 if self.history:
                     self.deleted_ids.append(message_id)
@@ -508,8 +477,7 @@ class MemoryQueue:
         del self._records[message_id]
         found.version += 1
         found.in_ready = False
-        if self._order is not None:
-            self._order.remove(found, self._lock)
+        self._order.deleted(found, self._lock)
         self.deleted_count += 1
         self._batch_deleted += 1
         if self.history:
@@ -538,7 +506,7 @@ class MemoryQueue:
                     found.version += 1
                     found.visible_at = now
                     if not found.in_ready:
-                        self._make_ready(found)
+                        self._order.visible(found)
                 if self.rotates_receipts:
                     self._new_receipt(found)  # the old receipt dies with the release
                 out.append(OK)
@@ -568,6 +536,41 @@ def _check_group(group_id: object, delay: float, fifo: bool) -> None:
             raise ValueError("a FIFO queue takes no per-message delay: send with delay=0")
 
 
+class _Arrival:
+    """A standard MemoryQueue's visible records, in the order they became visible.
+    Its queue's lock guards it (as ``_GroupOrder``, whose methods these are too)."""
+
+    def __init__(self) -> None:
+        # May still hold a record deleted or hidden again since it was made visible
+        # (``take`` and ``count`` skip those).
+        self.ready: deque[_Stored] = deque()
+
+    def sent(self, record: _Stored) -> None:
+        """``record`` was sent (it is visible now, or later)."""
+
+    def visible(self, record: _Stored) -> None:
+        """``record`` is visible: a receive may hand it out."""
+        record.in_ready = True
+        self.ready.append(record)
+
+    def deleted(self, record: _Stored, waiters: threading.Condition) -> None:
+        """``record`` was deleted (``waiters``: the long polls of its queue)."""
+
+    def count(self, records: Mapping[str, _Stored]) -> int:
+        """How many records are visible (each once)."""
+        return len({id(r) for r in self.ready if r.in_ready and r.id in records})
+
+    def take(self, most: int, records: Mapping[str, _Stored]) -> list[_Stored]:
+        """Up to ``most`` visible records to hand out, the oldest first."""
+        chosen: list[_Stored] = []
+        ready = self.ready
+        while ready and len(chosen) < most:
+            record = ready.popleft()
+            if record.id in records and record.in_ready:
+                chosen.append(record)
+        return chosen
+
+
 class _GroupOrder:
     """A FIFO MemoryQueue's messages by group, each group in the order sent (a dict
     keeps the groups' order). A group is here while it has a message not deleted.
@@ -575,12 +578,16 @@ class _GroupOrder:
 
     def __init__(self) -> None:
         self.groups: dict[str, deque[_Stored]] = {}
+        self.ready: deque[_Stored] = deque()  # (none: a group's are in the group)
 
-    def add(self, record: _Stored) -> None:
+    def sent(self, record: _Stored) -> None:
         assert record.group is not None
         self.groups.setdefault(record.group, deque()).append(record)
 
-    def remove(self, record: _Stored, waiters: threading.Condition) -> None:
+    def visible(self, record: _Stored) -> None:
+        record.in_ready = True  # (found in its group)
+
+    def deleted(self, record: _Stored, waiters: threading.Condition) -> None:
         """``record`` was deleted: its group may be handed out again, so a long poll
         waiting on ``waiters`` wakes."""
         assert record.group is not None
@@ -591,17 +598,20 @@ class _GroupOrder:
                 del self.groups[record.group]
         waiters.notify_all()
 
-    def take(self, most: int) -> list[_Stored]:
+    def count(self, records: Mapping[str, _Stored]) -> int:
+        return sum(record.in_ready for record in records.values())
+
+    def take(self, most: int, records: Mapping[str, _Stored]) -> list[_Stored]:
         """Up to ``most`` visible records: each group's in order, from groups with
         nothing in flight, as many of a group as there are before the next group's."""
         chosen: list[_Stored] = []
-        for records in self.groups.values():
+        for group in self.groups.values():
             if len(chosen) >= most:
                 break
             # In flight: received and hidden. The received records lead their group
             # (it is handed out in order): the look stops at the first never received.
             locked = False
-            for record in records:
+            for record in group:
                 if not record.receive_count:
                     break
                 if not record.in_ready:
@@ -609,7 +619,7 @@ class _GroupOrder:
                     break
             if locked:
                 continue
-            for record in records:
+            for record in group:
                 if len(chosen) >= most or not record.in_ready:
                     break
                 chosen.append(record)

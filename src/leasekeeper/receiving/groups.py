@@ -30,9 +30,10 @@ hands the group out again, it is a new group here.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["GroupKey", "Groups", "is_ordered"]
+__all__ = ["GroupKey", "Groups", "in_waves", "is_ordered"]
 
 #: A group, apart per queue: (the queue's name in its worker, the message's group id).
 GroupKey = tuple[str, str]
@@ -56,6 +57,23 @@ def is_ordered(backend: object) -> bool:
             return False
         backend = inner
     return False
+
+
+def in_waves(jobs: Sequence[Job], group: Callable[[Job], str | None]) -> list[list[Job]]:
+    """``jobs`` in waves, to act on one wave after another (a FIFO group's deletes, in
+    order): each group's first job in the first wave, its second in the second...;
+    jobs of no group (``group(job)`` None) in the first."""
+    waves: list[list[Job]] = []
+    depth: dict[str, int] = {}
+    for job in jobs:
+        name = group(job)
+        position = 0 if name is None else depth.get(name, 0)
+        if name is not None:
+            depth[name] = position + 1
+        if position == len(waves):
+            waves.append([])
+        waves[position].append(job)
+    return waves
 
 
 class Groups(Generic[Job]):

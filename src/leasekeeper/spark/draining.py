@@ -46,6 +46,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Literal
 
 from leasekeeper.backends.contract import Backend, Message
@@ -53,7 +54,7 @@ from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import LeaseError, LeaseLost, LeaseTooShort
 from leasekeeper.lease import Lease, LeaseState
 from leasekeeper.manager import LeaseManager
-from leasekeeper.receiving.groups import GroupKey, Groups, is_ordered
+from leasekeeper.receiving.groups import GroupKey, Groups, in_waves, is_ordered
 from leasekeeper.spark.sources import Source, as_source, build_backend
 
 if TYPE_CHECKING:
@@ -217,11 +218,10 @@ def _handle_batch(
     task: int,
     attempt: int,
 ) -> list[tuple[dict[str, Any], bool]]:
-    """Run the handler on a batch's leases on ``pool``; each one's row and whether to
-    delete it, in the batch's order. On an ordered (FIFO) queue, one message of a group
-    at a time, in the order received (``receiving.groups``), groups in parallel; a
-    message that does not end well is released with the later ones of its group, in
-    one call, and those get a ``released`` row, unhandled (held back)."""
+    """The handler run on a batch's leases on ``pool``: each one's row and whether to
+    delete it, in order. On a FIFO queue a group one at a time, in order (``Groups``),
+    groups in parallel; one that does not end well is released with the later ones of
+    its group in one call, and those get a ``released`` row, unhandled (held back)."""
     groups: Groups[int] = Groups()
     results: dict[int, tuple[dict[str, Any], bool]] = {}
 
@@ -254,9 +254,8 @@ def _handle_batch(
 
 
 def _hold_back(manager: LeaseManager, lease: Lease, row: dict[str, Any], rest: list[Lease]) -> None:
-    """``lease`` of a FIFO group did not end well (its ``row`` says how): release it if
-    its handler failed - after the failure policy's delay - and ``rest``, the later
-    messages of its group, with it, in one call (at once when it was lost)."""
+    """``lease`` of a FIFO group did not end well (``row``): release the later ``rest`` with
+    it, in one call - after the failure policy's delay if it failed, else at once."""
     failed = row["status"] == "released" and lease.state is LeaseState.ACTIVE
     leases = [lease, *rest] if failed else rest
     if not leases:
@@ -284,22 +283,6 @@ def _held_back_row(
         task=task,
         attempt=attempt,
     )
-
-
-def _in_waves(leases: list[Lease]) -> list[list[Lease]]:
-    """``leases`` in waves to delete one after another: a FIFO group's first in the
-    first wave, its second in the second...; messages without a group in the first."""
-    waves: list[list[Lease]] = []
-    depth: dict[str, int] = {}
-    for lease in leases:
-        group = lease.message.group
-        position = 0 if group is None else depth.get(group, 0)
-        if group is not None:
-            depth[group] = position + 1
-        if position == len(waves):
-            waves.append([])
-        waves[position].append(lease)
-    return waves
 
 
 def _write_rows(output: str, name: str, rows: list[dict[str, Any]]) -> None:
@@ -350,7 +333,8 @@ def _finish(
     # whose delete failed has its later messages released, not deleted.
     failed_groups: set[str] = set()
     held_back: list[Lease] = []
-    for wave in _in_waves(done) if is_ordered(manager.backend) else [done]:
+    by_group = attrgetter("message.group")
+    for wave in in_waves(done, by_group) if is_ordered(manager.backend) else [done]:
         held_back += [lease for lease in wave if lease.message.group in failed_groups]
         sent = [lease for lease in wave if lease.message.group not in failed_groups]
         for lease, error in zip(sent, manager.complete_many(sent) if sent else [], strict=True):
