@@ -11,6 +11,11 @@ reason. A handler's message is deleted (or released) through the manager's
 coalescer (``complete_soon_then``): its thread is free as soon as the delete is
 queued, and deletes that arrive together share one batch call.
 
+On a FIFO queue (``backend.fifo``) a message whose group has one started waits,
+leased, behind it; the next starts once its predecessor's delete is answered, and
+one that does not end well sends the rest of its group back with it
+(``leasekeeper.receiving._ordering``; docs/guide.md, "Ordered (FIFO) queues").
+
 Shutdown (``stop()``, or SIGTERM/SIGINT while ``run()`` is in the main thread):
 stop receiving, let running handlers finish while their leases are still renewed,
 for up to ``shutdown_timeout`` seconds, then release whatever is left so other
