@@ -44,7 +44,7 @@ import threading
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
 from leasekeeper.aio.futures import call_soon_threadsafe
 from leasekeeper.aio.held import AsyncLease
@@ -67,16 +67,14 @@ from leasekeeper.receiving import (
     Start,
     Step,
     Wait,
+    aside,
     receive_loop,
     shutdown_steps,
 )
-from leasekeeper.receiving.listeners import Listeners
+from leasekeeper.receiving.draining import Draining
 from leasekeeper.receiving.stats import WorkerStats
 from leasekeeper.rollover import Rollover
-from leasekeeper.worker import AroundHandler
-
-if TYPE_CHECKING:
-    from leasekeeper.fleet.options import InterruptionOption, ProtectionOption
+from leasekeeper.worker import AroundHandler, follow_fleet
 
 __all__ = ["AsyncHandler", "AsyncWorker"]
 
@@ -88,7 +86,7 @@ AsyncHandler = Callable[[Message], Awaitable[object]]
 CANCEL_GRACE = 1.0
 
 
-class AsyncWorker:
+class AsyncWorker(Draining):
     """Receive from a backend, ``await handler(message)`` under a lease, repeat.
 
     ``AsyncWorker(manager_or_backend, handler, *, concurrency=16, batch_size=10,
@@ -97,8 +95,7 @@ class AsyncWorker:
     arguments of ``Worker``, with ``concurrency`` the number of handler coroutines
     at once. ``cancel_on_lost``: cancel a handler whose lease is lost (off by
     default: see ``leasekeeper.aio.held``). ``await worker.run()``. ``clock``: as
-    ``Worker``'s; several queues (a list, ``weights=``): as ``Worker``'s;
-    ``scale_in_protection``, ``interruption_notice``: as ``Worker``'s.
+    ``Worker``'s; several queues (a list, ``weights=``): as ``Worker``'s.
     """
 
     def __init__(
@@ -118,8 +115,6 @@ class AsyncWorker:
         clock: Clock | None = None,
         dead_letter: DeadLetter | Sequence[DeadLetter] = None,
         weights: Sequence[int] | None = None,
-        scale_in_protection: ProtectionOption = False,
-        interruption_notice: InterruptionOption = None,
         **config_fields: Any,
     ) -> None:
         if (inspect.isfunction(handler) or inspect.ismethod(handler)) and not (
@@ -162,7 +157,7 @@ class AsyncWorker:
         self._stopping = False
         self._hurry = False  # second signal: skip the graceful wait
         self._changed: asyncio.Event | None = None  # a slot freed, a delete answered, stop
-        self._running = 0  # handler tasks
+        self._running = 0  # handler tasks (a FIFO group's waiting messages: intake.ordering)
         self._unsettled = 0  # deletes/releases queued and not yet answered
         self._active: set[Lease] = set()  # leases of the running handlers
         self._tasks: set[asyncio.Task[None]] = set()
@@ -172,14 +167,7 @@ class AsyncWorker:
         #: handler(message)``, in the handler's task (``leasekeeper.otel`` puts a span
         #: there). It must not raise.
         self.around_handler: AroundHandler | None = None
-        #: Who hears the receive loop's moments (``leasekeeper.receiving.listeners``).
-        self.listeners: Listeners = self.intake.listeners
-        self._drain_deadline: float | None = None  # drain(deadline)'s, if one was given
-        self._signalled = False
-        if scale_in_protection is not False or interruption_notice is not None:
-            from leasekeeper.fleet.options import attach
-
-            attach(self, protection=scale_in_protection, notice=interruption_notice)
+        follow_fleet(self)  # scale_in_protection=, interruption_notice= (docs/scaling.md)
 
     # ------------------------------------------------------------------ control
 
@@ -192,38 +180,18 @@ class AsyncWorker:
             return
         call_soon_threadsafe(loop, self._request_stop)
 
-    def drain(self, deadline: float | None = None) -> None:
-        """Start the graceful shutdown (from any thread) and return at once: as
-        ``stop()``, with running handlers given until ``deadline`` (on
-        ``worker.clock``; None: ``shutdown_timeout`` after the drain begins). A
-        deadline only ever moves earlier. An interruption notice drains this way."""
-        loop = self._loop
-        if loop is None:
-            self._set_drain(deadline)  # not running (yet): run() returns at once
-            return
-        call_soon_threadsafe(loop, self._set_drain, deadline)
-
-    def _set_drain(self, deadline: float | None) -> None:
-        if deadline is not None:
-            before = self._drain_deadline
-            self._drain_deadline = deadline if before is None else min(before, deadline)
-        self._request_stop()
+    _stop_soon = stop  # drain(): the thread-safe stop
 
     def _request_stop(self) -> None:
         self._stopping = True
         self._wake()
 
     def _on_signal(self, signum: int) -> None:
-        # A first signal while a notice drains (a deadline set) is not a second one.
-        noticed = self._drain_deadline is not None and not self._signalled
-        self._signalled = True
-        if self._stopping and not noticed:
+        if self._second_signal(self._stopping):
             log.warning("second signal %d: releasing running messages now", signum)
             self._hurry = True
         else:
             log.info("signal %d: stopping after running handlers finish", signum)
-            if noticed:
-                self._set_drain(self.clock.now() + self.intake.shutdown_timeout)
         self._request_stop()
 
     def _wake(self) -> None:
@@ -275,6 +243,9 @@ class AsyncWorker:
         self._loop = loop
         self._changed = asyncio.Event()
         self.error = None
+        self.intake.ordering.start(
+            nullcontext(), lambda: self._stopping, self._resume, self._wake, self._answered_off_loop
+        )
         # Before the first register: the relay must hear of every lease's end.
         self._relay = relay_for(self.manager)
         executor = ThreadPoolExecutor(1, thread_name_prefix="leasekeeper-aio")
@@ -306,11 +277,14 @@ class AsyncWorker:
     # What the loop reads (``_receive_loop.LoopState``), on the event loop.
     @property
     def running(self) -> int:
-        return self._running
+        # As Worker's: a FIFO group's waiting messages count beyond their allowance.
+        if self._stopping:
+            return self._running
+        return self._running + self.intake.ordering.excess()
 
     @property
     def unsettled(self) -> int:
-        return self._unsettled
+        return self._unsettled + self.intake.ordering.releasing
 
     @property
     def stopping(self) -> bool:
@@ -321,11 +295,7 @@ class AsyncWorker:
         return self._hurry
 
     def active(self) -> list[Lease]:
-        return list(self._active)
-
-    @property
-    def drain_deadline(self) -> float | None:
-        return self._drain_deadline
+        return [*self._active, *self.intake.ordering.waiting()]
 
     async def _drive(self, steps: Generator[Step, Any, Any], executor: ThreadPoolExecutor) -> Any:
         """Run one of the loop's generators: waits on the event loop, service calls on
@@ -347,15 +317,14 @@ class AsyncWorker:
                 elif isinstance(step, Start):
                     leased, refused = self.intake.register_all(step.messages)
                     self.intake.received(step.messages, refused)
-                    for message, lease in leased:
+                    # On a FIFO queue, a message whose group has one started waits.
+                    for message, lease in self.intake.ordering.admit(leased):
                         self._start(message, lease)
                 elif isinstance(step, Flush):
                     left = max(0.0, step.deadline - self.clock.now())
                     await loop.run_in_executor(executor, self.manager.flush, left)
-                elif isinstance(step, Announce):  # a listener may block briefly: off the loop
-                    await loop.run_in_executor(executor, self.listeners.announce, step.event)
-                elif isinstance(step, GiveBack):
-                    await loop.run_in_executor(executor, self.intake.give_back, step.messages)
+                elif isinstance(step, (Announce, GiveBack)):  # may block: off the loop
+                    await loop.run_in_executor(executor, aside, self.intake, step)
                 else:
                     assert isinstance(step, Finish)
                     await self._finish(step, executor)
@@ -407,6 +376,7 @@ class AsyncWorker:
         outcome, future, took = "lost", None, None
         try:
             if lease.is_lost:  # lost (or released at close) before it started
+                self.intake.ordering.hold_back(lease)  # a FIFO group goes back with it
                 return
             assert self._relay is not None and self._loop is not None
             held = AsyncLease(lease, self.manager, self._relay, self._loop)
@@ -421,32 +391,57 @@ class AsyncWorker:
                 # Two blocking calls (the send, the delete): off the loop.
                 loop = asyncio.get_running_loop()
                 outcome = await loop.run_in_executor(None, self.intake.roll_over, lease)
+                self.intake.ordering.hold_back(lease)
             except asyncio.CancelledError:
                 if not held.end():
                     raise  # not a loss: shutdown cancelled it (its message was released)
                 log.warning("lease on message %r lost while it was handled: cancelled", lease.id)
+                self.intake.ordering.hold_back(lease)
                 return
             except Exception as exc:
                 held.end()
-                # One WARNING (with the traceback), from the failure policy; off the loop:
-                # a poison message's copy to the dead-letter queue is a service call.
-                outcome, future = await asyncio.to_thread(self.intake.fail, lease, exc)
+                outcome, future = await self._fail(lease, exc)
             else:
                 held.end()
                 if lease.is_lost:
                     log.warning("lease on message %r lost while it was handled", message.id)
+                    self.intake.ordering.hold_back(lease)
                 else:
                     outcome = "completed"
                     future = self._queue_end(lease, release=False)
             took = self.clock.now() - started
+            if outcome == "dead_lettered":
+                self.intake.ordering.went_well(lease)  # out of its group's way, as redrive
         finally:
             self._finished(lease, outcome, future, took)
+
+    async def _fail(self, lease: Lease, error: BaseException) -> tuple[str, Future[None] | None]:
+        """The handler raised ``error``: send a poison message to the dead-letter queue,
+        or release the message - on a FIFO queue with the later messages of its group
+        the worker holds, in the same call. One WARNING (with the traceback), from the
+        failure policy; off the loop: the dead-letter copy is a service call, and so is
+        the first failure's look at the queue's redrive policy."""
+        if await asyncio.to_thread(self.intake.dead_lettered, lease, error):
+            return "dead_lettered", None
+        rest = self.intake.ordering.take_rest(lease)
+        futures = await asyncio.to_thread(self.intake.release_failed, lease, error, rest)
+        return "failed", futures[0] if futures else None
+
+    def _answered_off_loop(self) -> None:
+        loop = self._loop  # a FIFO group's held-back message's release was answered
+        if loop is not None:
+            call_soon_threadsafe(loop, self._wake)
+
+    def _resume(self, job: tuple[Message, Lease]) -> None:
+        self._start(*job)  # a FIFO group's next message (``Ordering``)
 
     def _queue_end(self, lease: Lease, *, release: bool) -> Future[None] | None:
         try:
             if release:
                 return self.manager.release_soon(lease)
-            return self.manager.complete_soon(lease)
+            # A FIFO group's next message waits on this answer: no gathering.
+            at_once = self.intake.ordering.key(lease.message) is not None
+            return self.manager.complete_soon(lease, at_once=at_once)
         except ManagerClosed:
             return None  # closed in a hurry: close() released it
 
@@ -476,9 +471,12 @@ class AsyncWorker:
             self.intake.count(self.intake.settle(lease, outcome, future.exception()), lease)
 
     def _settled(self, lease: Lease, outcome: str, future: Future[None]) -> None:
-        self.intake.count(self.intake.settle(lease, outcome, future.exception()), lease)
+        counted = self.intake.settle(lease, outcome, future.exception())
+        self.intake.count(counted, lease)
         self._unsettled -= 1
         self._wake()
+        if outcome == "completed":  # a delete: on a FIFO queue its group goes on, or back
+            self.intake.ordering.deleted(lease, counted == "completed")
 
     def _revoke(self, leases: list[Lease]) -> None:
         for lease in leases:

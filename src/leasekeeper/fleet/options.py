@@ -33,9 +33,11 @@ class Followed(Protocol):
     """What ``attach`` needs of a worker."""
 
     clock: Clock
-    listeners: Listeners
     manager: LeaseManager
     intake: Intake
+
+    @property
+    def listeners(self) -> Listeners: ...
 
     def drain(self, deadline: float | None = None) -> None: ...
 

@@ -14,6 +14,7 @@ from leasekeeper.receiving._receive_loop import Receive as Receive
 from leasekeeper.receiving._receive_loop import Start as Start
 from leasekeeper.receiving._receive_loop import Step as Step
 from leasekeeper.receiving._receive_loop import Wait as Wait
+from leasekeeper.receiving._receive_loop import aside as aside
 from leasekeeper.receiving._receive_loop import receive_loop as receive_loop
 from leasekeeper.receiving._receive_loop import shutdown_steps as shutdown_steps
 from leasekeeper.receiving._sources import queue_name as queue_name

@@ -43,7 +43,9 @@ class LoopState(Protocol):
 
     @property
     def running(self) -> int:
-        """Messages in hand: handled now, or waiting for a handler."""
+        """Messages in hand: handled now, or waiting for a handler. (A FIFO group's
+        messages waiting behind an earlier one count only beyond an allowance:
+        ``Intake.ordering``; and not at all once stopping, when none of them starts.)"""
         ...
 
     @property
@@ -63,15 +65,6 @@ class LoopState(Protocol):
         """The leases of the messages in hand."""
         ...
 
-    @property
-    def drain_deadline(self) -> float | None:
-        """When the graceful shutdown must end, on the worker's clock, if
-        ``drain(deadline)`` set it (an interruption notice: a margin before the
-        machine goes; a signal during such a drain: ``shutdown_timeout`` after it,
-        if sooner); None: ``shutdown_timeout`` after the drain begins. It may move
-        earlier while the loop waits: the loop reads it again after every change."""
-        ...
-
 
 @dataclass(frozen=True)
 class Wait:
@@ -82,6 +75,9 @@ class Wait:
 
     until: float | None
     running_at_most: int | None = None
+    #: Wait for a FIFO group to be let go - ``intake.ordering.groups.let_go`` above
+    #: this - rather than for any change (None: any change, or room).
+    let_go_above: int | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +130,15 @@ class Announce:
 Step = Wait | Receive | Start | Flush | Finish | Announce | GiveBack
 
 
+def aside(intake: Intake, step: Announce | GiveBack) -> None:
+    """Do a step that needs nothing of the worker but its intake: tell the listeners,
+    or give messages back. Its driver calls it off its lock and its event loop."""
+    if isinstance(step, Announce):
+        intake.listeners.announce(step.event)
+    else:
+        intake.give_back(step.messages)
+
+
 def receive_loop(
     intake: Intake, state: LoopState, clock: Clock, until_idle: float | None
 ) -> Generator[Step, Any, ReceiveError | None]:
@@ -162,6 +167,7 @@ def receive_loop(
         if state.stopping:
             break
         asked_at = clock.now()
+        let_go = intake.ordering.groups.let_go  # FIFO groups let go so far
         try:
             messages = yield Receive(min(intake.batch_size, limit - state.running))
         except Exception as exc:
@@ -202,20 +208,26 @@ def receive_loop(
         rest = intake.next_receive(asked_at)
         if until_idle is not None and not state.running + state.unsettled:
             rest = min(rest, idle_since + until_idle)
-        if now < rest:
+        if intake.held_back:
+            # Empty, perhaps only because of the FIFO groups the worker holds itself:
+            # ask again once one of them is let go (the service may then hand it out).
+            groups = intake.ordering.groups
+            while clock.now() < rest and groups.let_go == let_go and not state.stopping:
+                yield Wait(rest, let_go_above=let_go)
+        elif now < rest:
             yield Wait(rest)
     return None
 
 
 def shutdown_steps(intake: Intake, state: LoopState, clock: Clock) -> Generator[Step, Any, None]:
     """Stop gracefully: let running handlers finish while their leases are renewed,
-    until the drain's deadline (``state.drain_deadline``, else ``shutdown_timeout``
-    from now), send the queued deletes, then release what is left so other workers
-    get it at once."""
+    until the drain's deadline (``drain(deadline)``'s, kept by the intake, else
+    ``shutdown_timeout`` from now), send the queued deletes, then release what is
+    left so other workers get it at once."""
     timed_out = clock.now() + intake.shutdown_timeout
 
     def deadline() -> float:
-        by = state.drain_deadline  # read again after each change: it may move earlier
+        by = intake.drain.deadline  # read again after each change: it may move earlier
         return timed_out if by is None else by
 
     listening = bool(intake.listeners)
