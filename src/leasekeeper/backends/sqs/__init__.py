@@ -10,8 +10,10 @@ package shaped as a plug-in backend is (see docs/design.md, "Module map"):
 - ``rebuild``: the client read so another process can make one like it;
   ``spec``: ``SQSSpec``, the spec of earlier versions; ``credentials``: what to
   tell a process with no AWS credentials or region;
-- the lean call path of the hot calls: ``lean`` (``LeanPath``), ``sigv4`` (its
-  signer), ``keepalive`` (its HTTP/1.1 connections).
+- the lean call path of the hot calls: ``lean`` (``LeanPath``), ``responses`` (its
+  answers read as botocore reads them), ``sigv4`` (its signer), ``keepalive`` (its
+  HTTP/1.1 connections), ``wrappers`` (who wraps botocore's calls: a tracer, for
+  whom the calls go through the client).
 
 Importing it needs boto3 installed (not imported: the renewer process's lean path
 renews without botocore)::

@@ -36,17 +36,16 @@ from leasekeeper.backends.shared import (
     whole_seconds,
 )
 from leasekeeper.backends.spec import URLSpec
+from leasekeeper.backends.sqs.deferred import DeferredClient, renewal_options
 from leasekeeper.backends.sqs.errors import classify_error, classify_with_text, scrub
 from leasekeeper.backends.sqs.lean import (
     CLIENT_METHODS,
     OWN_CALL,
-    DeferredClient,
     LazyModule,
     LeanPath,
     hooks_problem,
     lean_path,
     one_attempt_on,
-    renewal_options,
 )
 from leasekeeper.backends.sqs.rebuild import sqs_credentials_problem, sqs_secrets, sqs_settings
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
