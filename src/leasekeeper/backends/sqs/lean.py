@@ -205,17 +205,16 @@ def user_agent_of(client: Any) -> str | None:
 
 
 def tls_context(verify: bool | str) -> ssl.SSLContext:
-    """The TLS context of ``verify`` as botocore's (urllib3's) session makes it:
-    False, no check; True, the system's CAs... a path, its CA bundle (a file) or
-    its hashed CA directory. Raises what loading them raises."""
+    """The TLS context of ``verify`` as botocore's session uses it: False, no check;
+    True, the system's CAs; a path, its CA bundle, loaded as a file as botocore
+    has urllib3 load it (a directory is not one: it fails to load, as there).
+    Raises what loading it raises."""
     if verify is False:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         return context
     if isinstance(verify, str):
-        if os.path.isdir(verify):
-            return ssl.create_default_context(capath=verify)
         return ssl.create_default_context(cafile=verify)
     return ssl.create_default_context()
 
@@ -470,6 +469,11 @@ class LeanPath:
                         parsed["ResponseMetadata"] = response_metadata(
                             answer.status_code, answer.headers, attempt - 1
                         )
+                        if retries and attempt >= self.max_attempts:
+                            # the client's retry handler marks the last attempt's answer
+                            self._needs_retry(
+                                operation, answer, parsed, None, attempt=attempt, context=context
+                            )
                         self._after_call(operation, answer, parsed, context)
                         return parsed
                 parsed = botocore_answer(self._client(), self._operation(operation), *answer, data)
