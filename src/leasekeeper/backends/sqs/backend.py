@@ -36,6 +36,7 @@ from leasekeeper.backends.shared import (
     whole_seconds,
 )
 from leasekeeper.backends.spec import URLSpec
+from leasekeeper.backends.sqs.attempts import ReceiveAttempts
 from leasekeeper.backends.sqs.deferred import DeferredClient, renewal_options
 from leasekeeper.backends.sqs.errors import classify_error, classify_with_text, scrub
 from leasekeeper.backends.sqs.lean import (
@@ -112,7 +113,11 @@ class SQSBackend(CloudBackend):
       ``visibility_timeout`` 0-43200 s, None: the queue's VisibilityTimeout, read
       once) with every attribute: ``receive_count`` is ApproximateReceiveCount,
       ``attributes`` the String and Number MessageAttributes. ChangeMessageVisibility
-      keeps the receipt: ``rotates_receipts`` is False.
+      keeps the receipt: ``rotates_receipts`` is False. On a FIFO queue each receive
+      carries a ReceiveRequestAttemptId, sent again by the retries of the call and
+      by the next receive after one that failed in transit (``attempts``), so SQS
+      hands out the same messages instead of hiding them, and their groups, for a
+      visibility timeout.
     - ``extend``/``release``: ChangeMessageVisibilityBatch (the timeout rounded up,
       the delay down), ``delete``: DeleteMessageBatch, for any number of handles,
       even one: one code path and one set of IAM permissions.
@@ -177,6 +182,7 @@ class SQSBackend(CloudBackend):
         self.max_lease_age = check_lease_age(max_lease_age, float(MAX_VISIBILITY))
         self._lease_age_given = max_lease_age is not None
         self._attributes = ReadOnce(self._read_attributes)
+        self._attempts = ReceiveAttempts(self.clock)
 
     def _adopt(self, client: Any) -> None:
         if not self.client_retries:
@@ -296,9 +302,17 @@ class SQSBackend(CloudBackend):
             params["MessageSystemAttributeNames"] = ["All"]
         else:  # pragma: no cover - botocore older than MessageSystemAttributeNames
             params["AttributeNames"] = ["All"]
+        attempt = self._attempts.take() if self.fifo else None
+        if attempt is not None:
+            params["ReceiveRequestAttemptId"] = attempt
         # Rule 1: the deadline counts from just before the request is sent.
         received_at = self.clock.now()
-        response = self.call("receive", lambda: self._hot("ReceiveMessage", params))
+        try:
+            response = self.call("receive", lambda: self._hot("ReceiveMessage", params))
+        except ReceiveError as failed:
+            if attempt is not None and failed.kind == "retry":
+                self._attempts.failed(attempt)  # the next receive asks again with it
+            raise
         messages = [
             self._message(raw, raw, received_at, vis) for raw in response.get("Messages", [])
         ]
