@@ -2,7 +2,8 @@
 package shaped as a plug-in backend is (see docs/design.md, "Module map"):
 
 - ``backend``: ``SQSBackend``; ``errors``: its error table, ``classify_error``
-  and ``classify_exception``;
+  and ``classify_exception``; ``attempts``: a FIFO receive that failed in transit,
+  asked again with its ReceiveRequestAttemptId;
 - ``scheme``: the factory of the ``sqs://``, ``https://`` and ``http://`` URL
   schemes (``leasekeeper.backends.sqs.scheme:sqs``, the entry point
   ``pyproject.toml`` registers in the ``leasekeeper.backends`` group, as a plug-in
