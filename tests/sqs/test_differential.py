@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
@@ -653,6 +654,7 @@ def test_the_lean_request_is_one_botocore_sends(server: RawServer, operation: st
     user_agent = str(header(lean_lines, "User-Agent"))
     assert "my-app/2.0 (billing)" in user_agent and "app/jobs-worker" in user_agent
     assert header(lean_lines, "amz-sdk-request") == "attempt=1; max=1"
+    assert uuid.UUID(str(header(lean_lines, "amz-sdk-invocation-id"))).version == 4
     assert json.loads(lean_body) == json.loads(client_body)
     assert header(lean_lines, "Content-Length") == str(len(lean_body))
     client_auth, lean_auth = (

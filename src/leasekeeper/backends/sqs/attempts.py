@@ -14,8 +14,8 @@ transient error the next receive takes that attempt's id again
 
 from __future__ import annotations
 
+import os
 import threading
-import uuid
 
 from leasekeeper.clock import Clock
 
@@ -42,7 +42,7 @@ class ReceiveAttempts:
             pending, self._pending = self._pending, None
         if pending is not None and self.clock.now() - pending[1] < REUSE_WITHIN:
             return pending[0]
-        return uuid.uuid4().hex
+        return os.urandom(16).hex()
 
     def failed(self, attempt: str) -> None:
         """The receive that carried ``attempt`` failed in transit: the next asks again."""

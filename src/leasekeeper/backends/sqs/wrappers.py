@@ -117,6 +117,8 @@ class WrapperWatch:
     def wrapped(self, client: Any = None) -> str | None:
         if client is not None and "_make_api_call" in getattr(client, "__dict__", {}):
             return "the client's own _make_api_call (set on the client)"
+        if "botocore" not in sys.modules:
+            return None  # (the renewer process's lean path, before any client is made)
         marks = self._marks()
         seen = self._seen
         # 'is', not '==': a wrapt proxy compares equal to what it wraps
