@@ -22,10 +22,12 @@ from leasekeeper import ConfigError, LeaseManager, ReceiveError, Worker
 from leasekeeper.backends.base import (
     Backend,
     CloudBackend,
+    Counter,
     ForwardingBackend,
     Handle,
     Message,
     Outcome,
+    QueueCounts,
     Sender,
 )
 from leasekeeper.backends.registry import URLSpec
@@ -296,6 +298,27 @@ def test_send_with_a_delay(subject: Subject) -> None:
     assert backend.delete([message.handle]) == [Outcome("ok")]
 
 
+def test_queue_counts_say_what_waits_and_what_is_held(subject: Subject) -> None:
+    backend = subject.backend
+    assert isinstance(backend, Counter) and isinstance(backend, Sender)
+    assert backend.queue_counts().backlog == 0
+    for body in ("a", "b", "c"):
+        backend.send(body)
+    delays = not (isinstance(backend, CloudBackend) and backend.max_send_delay == 0)
+    if delays:
+        backend.send("later", delay=600)
+    [held] = receive_n(subject, 1)
+    counts = backend.queue_counts()
+    assert isinstance(counts, QueueCounts)
+    if counts.visible is None:  # Azure counts only the whole queue
+        assert counts == QueueCounts(None, None, None, 4) and counts.backlog == 4
+    else:
+        assert counts[:3] == (2, 1, 1 if delays else 0) and counts.backlog == 2
+    # Through a wrapper too (FaultyBackend, a spy): the inner backend's counts.
+    assert ForwardingBackend(backend).queue_counts() == counts
+    assert backend.delete([held.handle]) == [Outcome("ok")]
+
+
 def test_a_sibling_is_another_queue_of_the_same_account(subject: Subject) -> None:
     backend = subject.backend
     other = backend.sibling(f"sib{uuid.uuid4().hex[:12]}", create=True)  # type: ignore[attr-defined]
@@ -396,6 +419,11 @@ def test_receive_errors_say_whether_retrying_can_help(fallible: Subject) -> None
     with pytest.raises(ReceiveError) as raised:
         backend.receive(visibility_timeout=HIDDEN)
     assert raised.value.kind == "fatal" and not raised.value.retryable
+    if fallible.name != "redis":  # XLEN of a stream that is gone is 0, not an error
+        assert isinstance(backend, Counter)
+        with pytest.raises(ReceiveError) as raised:
+            backend.queue_counts()
+        assert raised.value.kind == "fatal" and raised.value.operation == "counts"
 
 
 def test_a_worker_stops_on_a_deleted_queue(fallible: Subject) -> None:

@@ -81,7 +81,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
     ) from _exc
 
 from leasekeeper.backends.cloud import CloudBackend, ThreadClients
-from leasekeeper.backends.contract import Handle, Message, Outcome, OutcomeKind
+from leasekeeper.backends.contract import Handle, Message, Outcome, OutcomeKind, QueueCounts
 from leasekeeper.backends.rebuild import (
     azure_renewal_problem,
     azure_secrets,
@@ -526,6 +526,17 @@ class AzureQueueBackend(CloudBackend):
             # One page is one Get Messages call; iterating further would poll again.
             page = next(iter(pager.by_page()), None)
             return [] if page is None else list(page)
+
+    def queue_counts(self) -> QueueCounts:
+        """The queue's approximate message count (Get Queue Metadata), as ``total``:
+        Azure counts hidden messages too and says nothing of visible ones."""
+
+        def read() -> object:
+            with self._receive_lock:
+                return self.queue_client.get_queue_properties().approximate_message_count
+
+        total = self.call("counts", read)
+        return QueueCounts(None, None, None, total if isinstance(total, int) else None)
 
     def new_receive_error(
         self, kind: ReceiveErrorKind, detail: str, operation: str, exc: BaseException

@@ -173,6 +173,38 @@ class Message:
         )
 
 
+class QueueCounts(NamedTuple):
+    """How many messages a queue holds, as the service counts them: approximately
+    on the cloud services (SQS, MNS and Azure count a moment ago, and an SQS count
+    may lag by a minute), exactly on MemoryQueue and Redis Streams. None where the
+    service does not say.
+
+    - ``visible``: could be received now (the backlog an autoscaler should read).
+    - ``in_flight``: received and not yet deleted, hidden until their visibility
+      ends (leased, or left by a worker that died).
+    - ``delayed``: sent with a delay, not visible yet.
+    - ``total``: every message, where the service counts only that (Azure Storage
+      Queue's approximate count includes hidden ones); else the sum of the others.
+    """
+
+    visible: int | None
+    in_flight: int | None
+    delayed: int | None
+    total: int | None = None
+
+    @property
+    def backlog(self) -> int | None:
+        """The messages waiting for a worker: ``visible``, else ``total`` (Azure)."""
+        return self.visible if self.visible is not None else self.total
+
+
+@runtime_checkable
+class Counter(Protocol):
+    """A queue that counts its messages: the ``queue_counts`` capability of ``Backend``."""
+
+    def queue_counts(self) -> QueueCounts: ...
+
+
 @runtime_checkable
 class Backend(Protocol):
     """What the manager needs of a queue service: the contract of a backend.
@@ -211,6 +243,10 @@ class Backend(Protocol):
       the same account or endpoint, with the same credentials and options
       (``create=True`` creates the queue if it is missing). Queues of other
       accounts: ``leasekeeper.connect(url)``.
+    - ``queue_counts() -> QueueCounts``: how many messages are visible, in flight
+      and delayed, as the service counts them (one call: SQS GetQueueAttributes,
+      MNS GetQueueAttributes, Azure's queue properties, Redis XLEN and XPENDING).
+      A failure of the service raises ``ReceiveError`` (operation "counts").
     - ``spec() -> BackendSpec``: a picklable description that builds an equivalent
       backend in another process (the process renewer, Spark executors); never
       holds a credential. ``leasekeeper.connect`` gives every backend it returns

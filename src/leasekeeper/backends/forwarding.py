@@ -11,10 +11,12 @@ from typing import Any
 from leasekeeper.backends.contract import (
     Backend,
     BackendSpec,
+    Counter,
     Handle,
     Message,
     Operation,
     Outcome,
+    QueueCounts,
     Sender,
 )
 from leasekeeper.clock import Clock
@@ -35,7 +37,8 @@ class ForwardingBackend:
       ``max_batch``, ``max_visibility`` and ``rotates_receipts``, and
       ``max_receive``, ``max_wait_seconds``, ``max_lease_age``,
       ``carries_attributes`` and ``clock`` when it has them, are copied at
-      construction (they are constants of a backend); ``send`` is forwarded.
+      construction (they are constants of a backend); ``send`` and
+      ``queue_counts`` are forwarded.
     - Every message ``receive`` and ``adopt`` hand out passes through
       ``wrap(message)``, which re-points it at the wrapper (``message.backend =
       self``: the inner backend just made that message and nobody else holds it)
@@ -109,6 +112,11 @@ class ForwardingBackend:
         """The inner backend's ``send`` (AttributeError where it has none)."""
         sender: Sender = self.inner  # type: ignore[assignment]
         return sender.send(body, attributes, delay=delay)
+
+    def queue_counts(self) -> QueueCounts:
+        """The inner backend's ``queue_counts`` (AttributeError where it has none)."""
+        counter: Counter = self.inner  # type: ignore[assignment]
+        return counter.queue_counts()
 
     def forward(self, operation: Operation, handles: Sequence[Handle], arg: float) -> list[Outcome]:
         """The inner backend's ``operation``; ``arg`` is the extend's timeout or the

@@ -54,7 +54,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
     ) from _exc
 
 from leasekeeper.backends.cloud import CloudBackend
-from leasekeeper.backends.contract import Handle, Message, Outcome
+from leasekeeper.backends.contract import Handle, Message, Outcome, QueueCounts
 from leasekeeper.backends.rebuild import redis_renewal_problem, redis_secrets, redis_settings
 from leasekeeper.backends.shared import ErrorTable, chunked, clean_code, text_body
 from leasekeeper.backends.spec import URLSpec
@@ -288,6 +288,16 @@ class RedisStreamsBackend(CloudBackend):
                 self.client.xgroup_delconsumer(self.stream, self.group, consumer)
         except Exception as exc:  # best effort: a closing backend raises nothing
             log.debug("could not remove consumer %s: %s", consumer, type(exc).__name__)
+
+    def queue_counts(self) -> QueueCounts:
+        """Exactly: entries not yet delivered (XLEN less the pending ones: a delete
+        removes its entry) and pending ones (XPENDING); no delayed delivery."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.xlen(self.stream)
+        pipe.xpending(self.stream, self.group)
+        length, pending = self.call("counts", pipe.execute)
+        held = int(pending["pending"])
+        return QueueCounts(max(0, int(length) - held), held, 0)
 
     # ------------------------------------------------------------------ receiving
 

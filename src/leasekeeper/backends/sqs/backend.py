@@ -27,7 +27,7 @@ if any(importlib.util.find_spec(sdk) is None for sdk in ("botocore", "boto3")):
     )
 
 from leasekeeper.backends.cloud import CloudBackend, ReadOnce
-from leasekeeper.backends.contract import OK, Handle, Message, Outcome
+from leasekeeper.backends.contract import OK, Handle, Message, Outcome, QueueCounts
 from leasekeeper.backends.shared import (
     check_lease_age,
     check_seconds,
@@ -85,6 +85,24 @@ def _group(attributes: object) -> str | None:
         return None
     value = attributes.get("MessageGroupId")
     return value if isinstance(value, str) and value else None
+
+
+def _check_received(data: Mapping[str, Any]) -> None:
+    """ValueError where a message dict lacks what a received message has."""
+    missing = [key for key in ("MessageId", "ReceiptHandle", "Body") if key not in data]
+    if missing:
+        raise ValueError(
+            f"an SQS message needs {', '.join(missing)}; got one with keys "
+            f"{sorted(str(key) for key in data)}"
+        )
+
+
+# The attributes queue_counts reads, in QueueCounts' order.
+_COUNTS = (
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+)
 
 
 def _message_attributes(data: Mapping[str, Any]) -> dict[str, str]:
@@ -249,14 +267,18 @@ class SQSBackend(CloudBackend):
             self._attributes.forget()
         return self._attributes.get()
 
-    def _read_attributes(self) -> Mapping[str, str]:
-        response = self.call(
-            "GetQueueAttributes",
-            lambda: self._client.get_queue_attributes(
-                QueueUrl=self.queue_url, AttributeNames=["All"]
-            ),
-        )
+    def _read_attributes(
+        self, names: Sequence[Any] = ("All",), operation: str = "GetQueueAttributes"
+    ) -> Mapping[str, str]:
+        params: Any = {"QueueUrl": self.queue_url, "AttributeNames": list(names)}
+        response = self.call(operation, lambda: self._client.get_queue_attributes(**params))
         return {str(k): str(v) for k, v in (response.get("Attributes") or {}).items()}
+
+    def queue_counts(self) -> QueueCounts:
+        """ApproximateNumberOfMessages (visible), ...NotVisible (in flight) and
+        ...Delayed, read now (GetQueueAttributes; SQS's counts lag up to a minute)."""
+        found = self._read_attributes(_COUNTS, "counts")
+        return QueueCounts(*(_int_attribute(found, name) for name in _COUNTS))
 
     def queue_visibility_timeout(self) -> float:
         """The queue's VisibilityTimeout attribute (from ``queue_attributes()``)."""
@@ -328,12 +350,7 @@ class SQSBackend(CloudBackend):
         visibility: float,
         deadline_hint: float | None = None,
     ) -> Message:
-        missing = [key for key in ("MessageId", "ReceiptHandle", "Body") if key not in data]
-        if missing:
-            raise ValueError(
-                f"an SQS message needs {', '.join(missing)}; got one with keys "
-                f"{sorted(str(key) for key in data)}"
-            )
+        _check_received(data)
         body = data["Body"]
         return self.new_message(
             id=str(data["MessageId"]),
