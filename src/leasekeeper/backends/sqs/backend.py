@@ -483,7 +483,7 @@ class SQSBackend(CloudBackend):
             response = self._hot(name, params, retries=self.client_retries)
         finally:
             OWN_CALL.active = False
-        return self._outcomes(operation, handles, response)
+        return batch_outcomes(self, operation, handles, response)
 
     def _hot(self, operation: str, params: dict[str, Any], *, retries: bool = True) -> Any:
         """A hot call: through the lean path where it can stand in for the client."""
@@ -491,35 +491,6 @@ class SQSBackend(CloudBackend):
         if lean is not None and lean.usable():
             return lean.call(operation, params, retries=retries)
         return getattr(self._client, CLIENT_METHODS[operation])(**params)
-
-    def _outcomes(
-        self, operation: str, handles: Sequence[Handle], answer: Mapping[str, Any]
-    ) -> list[Outcome]:
-        """One outcome per handle, in order, from a batch answer's ``Successful`` and
-        ``Failed`` entries (their Ids are the handles' indexes); in neither: "retry"."""
-        receipts = [handle.receipt for handle in handles]
-        found = {str(entry.get("Id")): OK for entry in answer.get("Successful", [])}
-        for entry in answer.get("Failed", []):
-            entry_id, text = str(entry.get("Id")), str(entry.get("Message", "") or "")
-            fault = entry.get("SenderFault")
-            kind, detail = classify_error(
-                str(entry.get("Code", "") or ""),
-                message=text,
-                sender_fault=fault if isinstance(fault, bool) else None,
-            )
-            found[entry_id] = failure = Outcome(kind, detail=scrub(detail, receipts))
-            which = [h for i, h in enumerate(handles) if str(i) == entry_id] or handles
-            self.log_failure(operation, which, failure, said(scrub(text, receipts)))
-        out = [found.get(str(index), _MISSING) for index in range(len(handles))]
-        if _MISSING in out:
-            log.warning(
-                "%s on %s: %d entries missing from both Successful and Failed; treated as "
-                "transient",
-                operation,
-                self.queue_url,
-                out.count(_MISSING),
-            )
-        return out
 
     # ------------------------------------------------------------------ errors
 
@@ -531,6 +502,35 @@ class SQSBackend(CloudBackend):
     def failure_note(self, exc: BaseException, receipts: Sequence[str]) -> str:
         _, _, text = classify_with_text(exc)
         return said(scrub(text, receipts))
+
+
+def batch_outcomes(
+    backend: SQSBackend, operation: str, handles: Sequence[Handle], answer: Mapping[str, Any]
+) -> list[Outcome]:
+    """One outcome per handle, in order, from a batch answer's ``Successful`` and
+    ``Failed`` entries (their Ids are the handles' indexes); in neither: "retry"."""
+    receipts = [handle.receipt for handle in handles]
+    found = {str(entry.get("Id")): OK for entry in answer.get("Successful", [])}
+    for entry in answer.get("Failed", []):
+        entry_id, text = str(entry.get("Id")), str(entry.get("Message", "") or "")
+        fault = entry.get("SenderFault")
+        kind, detail = classify_error(
+            str(entry.get("Code", "") or ""),
+            message=text,
+            sender_fault=fault if isinstance(fault, bool) else None,
+        )
+        found[entry_id] = failure = Outcome(kind, detail=scrub(detail, receipts))
+        which = [h for i, h in enumerate(handles) if str(i) == entry_id] or handles
+        backend.log_failure(operation, which, failure, said(scrub(text, receipts)))
+    out = [found.get(str(index), _MISSING) for index in range(len(handles))]
+    if _MISSING in out:
+        log.warning(
+            "%s on %s: %d entries missing from both Successful and Failed; treated as transient",
+            operation,
+            backend.queue_url,
+            out.count(_MISSING),
+        )
+    return out
 
 
 def _native(raw: Any, queue_url: str) -> tuple[Mapping[str, Any], Any]:
