@@ -213,12 +213,15 @@ class KeepAlivePool:
             except OSError as again:
                 connection.close()
                 raise ExchangeError("send", again) from None
+        reader = _Reader(connection.sock, deadline)
         try:
-            status, found, data, keep = _Reader(connection.sock, deadline).answer()
+            status, found, data, keep = reader.answer()
         except (OSError, ValueError) as exc:
             connection.close()
             raise ExchangeError("read", exc) from None
         if keep:
+            if reader.lowered:
+                connection.sock.settimeout(self._read_timeout)
             self._checkin(connection)
         else:
             connection.close()
@@ -238,12 +241,13 @@ class _Reader:
     ``_READ_SIZE`` and waits no longer than the read timeout or what is left of
     the exchange's ``deadline`` (monotonic; None: none)."""
 
-    __slots__ = ("deadline", "read_timeout", "sock")
+    __slots__ = ("deadline", "lowered", "read_timeout", "sock")
 
     def __init__(self, sock: socket.socket, deadline: float | None) -> None:
         self.sock = sock
         self.deadline = deadline
         self.read_timeout = sock.gettimeout()
+        self.lowered = False  # the socket's timeout was cut to the deadline
 
     def recv(self, size: int = _READ_SIZE) -> bytes:
         if self.deadline is not None:
@@ -251,7 +255,10 @@ class _Reader:
             if left <= 0:
                 raise TimeoutError("the answer took longer than the connect and read timeouts")
             timeout = self.read_timeout
-            self.sock.settimeout(left if timeout is None or left < timeout else timeout)
+            if timeout is None or left < timeout:  # (a syscall: only once it matters)
+                self.sock.settimeout(left)
+                self.read_timeout = left
+                self.lowered = True
         return self.sock.recv(min(size, _READ_SIZE))
 
     def answer(self) -> tuple[int, dict[str, str], bytes, bool]:
