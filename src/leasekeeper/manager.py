@@ -32,7 +32,7 @@ from leasekeeper.decorator import wrap_in_lease
 from leasekeeper.engine import Coalescer, check_backend, register_each
 from leasekeeper.engine.stats import Stats
 from leasekeeper.errors import ConfigError, LeaseTooShort, ManagerClosed
-from leasekeeper.failures import Failures, resolve_dead_letter
+from leasekeeper.failures import Failures, interrupted, resolve_dead_letter, say_interrupted
 from leasekeeper.lease import Lease, LeaseScope, OnLost, WatchLease
 from leasekeeper.observers import Observer
 from leasekeeper.reasons import LostReason
@@ -386,7 +386,13 @@ class LeaseManager:
         self, lease: Lease, error: BaseException | None = None, delay: float | None = None
     ) -> Future[None]:
         """``fail`` through the coalescer, as ``release_soon`` releases (what the
-        workers use); a poison message is dead-lettered at once, before it returns."""
+        workers use); a poison message is dead-lettered at once, before it returns.
+        An interrupted handler's message (Ctrl-C, ``SystemExit``, a cancellation) is
+        released at once, and is no failure."""
+        if interrupted(error):
+            future = self.release_soon(lease, 0.0)
+            say_interrupted(lease, error)
+            return future
         failures = self.failures
         # The workers swallow the handler's exception: its traceback goes in the line.
         if failures.dead_letters(lease) and failures.dead_letter_now(lease, error, traceback=True):

@@ -46,7 +46,8 @@ manager's metrics and, per queue the worker reads (``queue``: the queue's name, 
 | leasekeeper_worker_messages_total{queue,outcome} | counter | ``stats.per_queue`` (*) |
 | leasekeeper_queue_leases_in_flight{queue} | gauge | the leases, by their queue |
 
-(*) ``outcome``: received, completed, failed, lost, refused, rolled_over, dead_lettered.
+(*) ``outcome``: received, completed, failed, lost, refused, rolled_over, dead_lettered,
+interrupted.
 
 ``serve_metrics(manager_or_worker, port)`` serves them over HTTP on a registry of their own.
 """
@@ -169,7 +170,8 @@ class LeaseCollector(Collector):
         messages = CounterMetricFamily(
             f"{ns}_worker_messages",
             "Messages the worker received and how each ended, by queue and outcome "
-            "(received, completed, failed, lost, refused, rolled_over, dead_lettered).",
+            "(received, completed, failed, lost, refused, rolled_over, dead_lettered, "
+            "interrupted).",
             labels=["queue", "outcome"],
         )
         in_flight = GaugeMetricFamily(

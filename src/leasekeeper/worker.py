@@ -365,8 +365,9 @@ class Worker:
                 self.handler(message)
         except Rollover:
             outcome = self.intake.roll_over(lease)
-        except Exception as exc:
-            # One WARNING (with the traceback), from the failure policy.
+        except BaseException as exc:
+            # One WARNING (with the traceback), from the failure policy - or, for a
+            # handler interrupted (SystemExit), its message released at once.
             outcome, future = self.intake.fail(lease, exc)
         else:
             if not lease.is_lost:

@@ -379,6 +379,10 @@ class AsyncWorker:
                 # One WARNING (with the traceback), from the failure policy; off the loop:
                 # a poison message's copy to the dead-letter queue is a service call.
                 outcome, future = await asyncio.to_thread(self.intake.fail, lease, exc)
+            except BaseException as exc:  # KeyboardInterrupt, SystemExit: no failure
+                held.end()
+                outcome, future = self.intake.fail(lease, exc)  # released at once
+                raise  # it stops the loop, as it would have
             else:
                 held.end()
                 if lease.is_lost:

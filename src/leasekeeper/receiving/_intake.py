@@ -23,7 +23,7 @@ from leasekeeper.clock import Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.decorator import undecorated
 from leasekeeper.errors import LeaseLost, LeaseTooShort, ManagerClosed, ReceiveError
-from leasekeeper.failures import resolve_dead_letter
+from leasekeeper.failures import interrupted, resolve_dead_letter
 from leasekeeper.lease import Lease, LeaseState, settle_rollover
 from leasekeeper.manager import LeaseManager
 from leasekeeper.receiving._sources import Source, Sources
@@ -342,7 +342,17 @@ class Intake:
     def fail(self, lease: Lease, error: BaseException) -> tuple[str, Future[None] | None]:
         """The handler raised ``error``: release the message (through the coalescer), or
         send a poison message to the dead-letter queue. Returns what it counts as,
-        and the release to wait for."""
+        and the release to wait for. A handler ``interrupted`` (``SystemExit``, a
+        ``KeyboardInterrupt``) did not fail: its message is released at once, here,
+        and counted ``interrupted``."""
+        if interrupted(error):
+            try:
+                self.manager.fail(lease, error)
+            except ManagerClosed:
+                pass  # closed in a hurry: close() released it
+            except Exception as exc:  # lost meanwhile (reported), or the release failed
+                log.warning("release of interrupted message %r failed: %s", lease.id, exc)
+            return "interrupted", None
         try:
             future = self.manager.fail_soon(lease, error)
         except ManagerClosed:
@@ -368,7 +378,7 @@ class Intake:
 
 
 #: The outcomes counted under their own name; any other is "failed".
-_OUTCOMES = frozenset(("completed", "rolled_over", "lost", "dead_lettered"))
+_OUTCOMES = frozenset(("completed", "rolled_over", "lost", "dead_lettered", "interrupted"))
 
 
 def _per_queue(name: str, value: Any, count: int) -> list[Any]:

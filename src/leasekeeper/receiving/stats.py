@@ -19,6 +19,7 @@ class QueueStats:
     refused: int = 0  # received with too little invisibility left to lease
     rolled_over: int = 0  # handed on as a continuation before the service's cap
     dead_lettered: int = 0  # handler raised on the last try: sent to the dead-letter queue
+    interrupted: int = 0  # handler stopped by SystemExit, Ctrl-C...: released at once, no failure
 
 
 @dataclass
