@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("leasekeeper.spark")
 
 Handler = Callable[[Message], Any]
-Renewer = Literal["thread", "process"]
+Renewer = Literal["auto", "process", "thread"]
 
 COLUMNS = (
     "id",
@@ -376,10 +376,10 @@ def check_drain_args(
     idle_seconds: float,
     max_messages: int | None,
     *,
-    renewer: object = "thread",
+    renewer: object = "auto",
 ) -> None:
-    if renewer not in ("thread", "process"):
-        raise ValueError(f"renewer must be 'thread' or 'process', got {renewer!r}")
+    if renewer not in ("auto", "process", "thread"):
+        raise ValueError(f"renewer must be 'auto', 'process' or 'thread', got {renewer!r}")
     for name, value in (
         ("partitions", partitions),
         ("batch_size", batch_size),
@@ -410,7 +410,7 @@ def run_drain(
     concurrency: int | None = None,
     idle_seconds: float = 5.0,
     max_messages: int | None = None,
-    renewer: Renewer = "thread",
+    renewer: Renewer = "auto",
 ) -> DrainResult:
     """``drain`` that also returns the totals (see ``drain``)."""
     source = as_source(source, queue)
@@ -517,7 +517,7 @@ def drain(
     concurrency: int | None = None,
     idle_seconds: float = 5.0,
     max_messages: int | None = None,
-    renewer: Renewer = "thread",
+    renewer: Renewer = "auto",
 ) -> DataFrame:
     """Drain the queue ``queue=URL`` names (any URL ``leasekeeper.connect`` takes),
     or ``source`` (``backend.spec()``, ``SQSSource``...), with ``partitions`` Spark
@@ -530,12 +530,15 @@ def drain(
     of the executors' managers; by default failed messages are released for
     ``max(10, 2 * idle_seconds)`` seconds, doubling per receive.
 
-    ``renewer="process"`` renews from a process beside each executor's Python
-    worker (built from ``source``, with the executor's credentials), so handlers
-    that hold the GIL in long C calls do not starve renewals, and a Python worker
-    that is killed has its messages released at once rather than after a
-    visibility timeout. It costs a process per Python worker and an IPC round trip
-    per message; docs/spark.md says when it pays.
+    ``renewer="auto"`` (the default, as for ``Worker``) renews from a process
+    beside each executor's Python worker (built from ``source``, with the
+    executor's credentials) wherever one can run, so handlers that hold the GIL in
+    long C calls, or a busy Python worker, do not starve renewals, and a Python
+    worker that is killed has its messages released at once rather than after a
+    visibility timeout; where none can (no credentials in the executor's
+    environment), a thread, with one warning. ``"process"`` insists on the
+    process; ``"thread"`` renews in the Python worker itself. docs/spark.md says
+    what each costs.
 
     Returns a DataFrame read from ``output`` with one row per message id of this
     run: id, status (completed / released / lost / abandoned), receive_count,
