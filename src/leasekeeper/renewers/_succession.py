@@ -197,12 +197,14 @@ class Succession:
             if self.link is not link:
                 return  # never published (a takeover started it and saw it die)
             self.link = None
-            if self._is_closed() or self._maker.unbuildable:
+            replace = not (self._is_closed() or self._maker.unbuildable)
+            if not replace:
                 _, lapsed = self._hand_over(math.inf)  # nobody to hand them to
                 self._changed.notify_all()
-                self._lost(lapsed, DIED)
-                return
-            self.replacing = True
+            self.replacing = replace
+        if not replace:
+            self._lost(lapsed, DIED)  # (outside the lock: ending a lease takes it)
+            return
         successor: RenewerLink | None = None
         try:
             successor = self._successor()
@@ -260,6 +262,9 @@ class Succession:
                 successor = self._maker.start(self._apply, self.gone)
             except ConfigError as exc:
                 log.error("%s", exc)
+                continue
+            except Exception as exc:  # OSError: no process could start (a process limit)
+                log.error("the renewer process could not start: %s: %s", type(exc).__name__, exc)
                 continue
             try:
                 successor.wait_serving()
