@@ -424,22 +424,20 @@ class MNSBackend(CloudBackend):
 
     def queue_visibility_timeout(self) -> float:
         """The queue's VisibilityTimeout in seconds: read once, then cached.
-
         Raises ``MNSQueueError`` when GetQueueAttributes fails (the RAM policy needs
-        ``mns:GetQueueAttributes``, or pass ``queue_visibility_timeout=``).
-        """
+        ``mns:GetQueueAttributes``, or pass ``queue_visibility_timeout=``)."""
         return self._queue_vt.get()
 
-    def _read_visibility(self) -> float:
-        queue = self._queue()
-        request = GetQueueAttributesRequest(self.queue_name)
-        response = GetQueueAttributesResponse()
+    def _attributes(self, operation: str) -> GetQueueAttributesResponse:
+        request, response = GetQueueAttributesRequest(self.queue_name), GetQueueAttributesResponse()
+        client = self._queue().mns_client
         # The client call, not Queue.get_attributes(): that one fills deprecated
         # QueueMeta fields and warns about each.
-        self.call(
-            "GetQueueAttributes", lambda: queue.mns_client.get_queue_attributes(request, response)
-        )
-        seconds = response.visibility_timeout
+        self.call(operation, lambda: client.get_queue_attributes(request, response))
+        return response
+
+    def _read_visibility(self) -> float:
+        seconds = self._attributes("GetQueueAttributes").visibility_timeout
         if not is_seconds(seconds) or not MIN_VISIBILITY <= seconds <= MAX_VISIBILITY:
             raise MNSQueueError(
                 "GetQueueAttributes", "retry", f"unexpected VisibilityTimeout {seconds!r}"
@@ -447,21 +445,10 @@ class MNSBackend(CloudBackend):
         return float(seconds)
 
     def queue_counts(self) -> QueueCounts:
-        """ActiveMessages (visible), InactiveMessages (in flight) and DelayMessages,
-        read now (GetQueueAttributes)."""
-        request = GetQueueAttributesRequest(self.queue_name)
-        response = GetQueueAttributesResponse()
-        client = self._queue().mns_client
-        self.call("counts", lambda: client.get_queue_attributes(request, response))
-
-        def count(value: object) -> int | None:
-            return value if isinstance(value, int) and value >= 0 else None
-
-        return QueueCounts(
-            count(response.active_messages),
-            count(response.inactive_messages),
-            count(response.delay_messages),
-        )
+        """ActiveMessages, InactiveMessages and DelayMessages (GetQueueAttributes)."""
+        found = self._attributes("counts")
+        counts = (found.active_messages, found.inactive_messages, found.delay_messages)
+        return QueueCounts(*(n if isinstance(n, int) and n >= 0 else None for n in counts))
 
     def refresh_queue_attributes(self) -> float:
         """Forget the cached VisibilityTimeout and read it again."""

@@ -290,20 +290,14 @@ class RedisStreamsBackend(CloudBackend):
             log.debug("could not remove consumer %s: %s", consumer, type(exc).__name__)
 
     def queue_counts(self) -> QueueCounts:
-        """Entries not yet delivered (XLEN less the pending ones: a delete removes
-        its entry) and the group's pending entries (XPENDING), exactly. A pending
-        entry idle past the visibility timeout counts as in flight until a receive
-        reclaims it; there is no delayed delivery."""
-
-        def read() -> tuple[int, int]:
-            with self.client.pipeline(transaction=True) as pipe:
-                pipe.xlen(self.stream)
-                pipe.xpending(self.stream, self.group)
-                length, pending = pipe.execute()
-            return int(length), int(pending["pending"])
-
-        length, pending = self.call("counts", read)
-        return QueueCounts(max(0, length - pending), pending, 0)
+        """Exactly: entries not yet delivered (XLEN less the pending ones: a delete
+        removes its entry) and pending ones (XPENDING); no delayed delivery."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.xlen(self.stream)
+        pipe.xpending(self.stream, self.group)
+        length, pending = self.call("counts", pipe.execute)
+        held = int(pending["pending"])
+        return QueueCounts(max(0, int(length) - held), held, 0)
 
     # ------------------------------------------------------------------ receiving
 
