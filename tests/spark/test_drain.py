@@ -205,7 +205,9 @@ def test_an_executor_s_renewer_process_that_dies_is_replaced_and_loses_nothing(
         idle_seconds=2,
     )
     killed = [int(Path(kills, name).read_text()) for name in os.listdir(kills)]
-    assert killed and all(n == 1 for n in killed), f"renewer processes killed: {killed}"
+    # (each Python worker's: this drain's, and any an earlier drain's manager still
+    # holding leases keeps there)
+    assert killed and all(n >= 1 for n in killed), f"renewer processes killed: {killed}"
     rows = result.frame.collect()
     assert sorted(r["id"] for r in rows) == sorted(sent)
     assert {r["status"] for r in rows} == {"completed"}

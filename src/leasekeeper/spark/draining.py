@@ -98,6 +98,10 @@ def _process_manager(
     with _process_lock:
         found = _process_state.get(key)
         if found is None or found[1].closed:
+            # A Python worker runs one task at a time: the managers earlier drains left
+            # here that hold nothing are closed, not kept with a renewer process each.
+            for other in [k for k, (_, m) in _process_state.items() if not m.leases()]:
+                _process_state.pop(other)[1].close()
             backend = build_backend(source)
             found = (backend, LeaseManager(backend, config, renewer=renewer))
             _process_state[key] = found
