@@ -32,7 +32,7 @@ from leasekeeper.decorator import wrap_in_lease
 from leasekeeper.engine import Coalescer, check_backend, register_each
 from leasekeeper.engine.stats import Stats
 from leasekeeper.errors import ConfigError, LeaseTooShort, ManagerClosed
-from leasekeeper.failures import Failures, interrupted, resolve_dead_letter, say_interrupted
+from leasekeeper.failures import Failures, interrupted, resolve_dead_letter
 from leasekeeper.lease import Lease, LeaseScope, OnLost, WatchLease
 from leasekeeper.observers import Observer
 from leasekeeper.reasons import LostReason
@@ -336,25 +336,33 @@ class LeaseManager:
         would do (None, or the exception it would have raised)."""
         return self._renewer.release_many(leases, delay)
 
-    def complete_soon(self, lease: Lease) -> Future[None]:
+    def complete_soon(self, lease: Lease, *, at_once: bool = False) -> Future[None]:
         """Complete ``lease`` in a batch call shared with the completes that arrive
         within ``coalesce_window``; returns at once. The future's result is None,
-        or the exception ``lease.complete()`` would have raised. See
-        docs/guide.md, "Coalesced completes"."""
-        return self._coalescer().complete(lease)
+        or the exception ``lease.complete()`` would have raised. ``at_once``: sent now,
+        not at the window's end (a FIFO group's next message waits on the answer).
+        See docs/guide.md, "Coalesced completes"."""
+        return self._coalescer().complete(lease, at_once=at_once)
 
     def complete_soon_then(
-        self, lease: Lease, then: Callable[[BaseException | None], object]
+        self, lease: Lease, then: Callable[[BaseException | None], object], *, at_once: bool = False
     ) -> None:
         """``complete_soon`` for a caller that only needs the answer: ``then(error)`` is
         called with it (None, or what ``lease.complete()`` would have raised) on the
         coalescer's thread, and must not raise or block. No Future is made: what
         ``Worker`` uses for each message."""
-        self._coalescer().complete_then(lease, then)
+        self._coalescer().complete_then(lease, then, at_once=at_once)
 
     def release_soon(self, lease: Lease, delay: float | None = None) -> Future[None]:
         """``release(delay)`` the way ``complete_soon`` completes."""
         return self._coalescer().release(lease, delay)
+
+    def release_many_soon(
+        self, leases: Sequence[Lease], delay: float | None = None
+    ) -> list[Future[None]]:
+        """``release_many`` the way ``release_soon`` releases: one batch call (per
+        ``max_batch``), one ``delay``; a future a lease (a FIFO group's, together)."""
+        return self._coalescer().release_all(leases, delay)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send the completes and releases waiting to be coalesced, and wait for
@@ -386,20 +394,15 @@ class LeaseManager:
         self, lease: Lease, error: BaseException | None = None, delay: float | None = None
     ) -> Future[None]:
         """``fail`` through the coalescer, as ``release_soon`` releases (what the
-        workers use); a poison message is dead-lettered at once, before it returns.
-        An interrupted handler's message (Ctrl-C, ``SystemExit``, a cancellation) is
-        released at once, and is no failure."""
-        if interrupted(error):
-            future = self.release_soon(lease, 0.0)
-            say_interrupted(lease, error)
-            return future
-        failures = self.failures
+        workers use); a poison message is dead-lettered at once, before it returns."""
+        failures = self.failures  # (an interrupted handler - Ctrl-C - did not fail)
+        poison = not interrupted(error) and failures.dead_letters(lease)
         # The workers swallow the handler's exception: its traceback goes in the line.
-        if failures.dead_letters(lease) and failures.dead_letter_now(lease, error, traceback=True):
+        if poison and failures.dead_letter_now(lease, error, traceback=True):
             done: Future[None] = Future()
             done.set_result(None)
             return done
-        seconds = failures.delay_for(lease, delay)
+        seconds = 0.0 if interrupted(error) else failures.delay_for(lease, delay)
         future = self.release_soon(lease, seconds)
         failures.warn_released(lease, error, seconds, traceback=True)
         return future

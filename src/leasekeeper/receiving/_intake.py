@@ -5,9 +5,10 @@ receive and hand out messages differently, but decide the same things the same
 way, here: their settings and manager, how many messages they may hold (their
 handlers, plus a prefetched batch while handlers are quick), the receive call,
 what a failed receive means (retry after a jittered, growing pause, or stop),
-leasing a received batch, and how a queued delete or release that was answered
-counts. An ``Intake`` holds no lock and starts nothing: its worker serialises the
-calls that change it.
+leasing a received batch, which held messages of an ordered (FIFO) queue start
+now and which wait behind their group (``Intake.ordering``: ``_ordering``), and how
+a queued delete or release that was answered counts. An ``Intake`` holds no lock and
+starts nothing: its worker serialises the calls that change it.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from leasekeeper.clock import Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.decorator import undecorated
 from leasekeeper.errors import LeaseLost, LeaseTooShort, ManagerClosed, ReceiveError
-from leasekeeper.failures import interrupted, resolve_dead_letter
-from leasekeeper.lease import Lease, LeaseState, settle_rollover
+from leasekeeper.failures import interrupted, resolve_dead_letter, say_interrupted
+from leasekeeper.lease import Lease, settle_rollover
 from leasekeeper.manager import LeaseManager
-from leasekeeper.receiving._sources import Source, Sources
+from leasekeeper.receiving._ordering import Ordering
+from leasekeeper.receiving._sources import MAX_REST, Source, Sources
 from leasekeeper.receiving.stats import QueueStats, WorkerStats
 from leasekeeper.rollover import unwrap
 
@@ -176,11 +178,17 @@ class Intake:
         self.prefetch = prefetch
         self.gather = float(gather)
         self.stats = WorkerStats(per_queue={s.name: s.stats for s in self.sources.all})
+        #: Its ordered (FIFO) queues' message groups: one message of a group at a time.
+        self.ordering = Ordering(
+            self.sources, self.stats, self.manager, concurrency * batch_size, self.count
+        )
         # The one queue of a single-queue worker (its messages' counts need no lookup).
         self._only: Source | None = None if self.sources.several else self.sources.all[0]
         # Handler durations, smoothed: are handlers quick enough to prefetch for?
         self.duration: float | None = None
         self.failures = 0  # receive failures in a row
+        #: The last receive went without a long poll: groups of its FIFO queue are held.
+        self.held_back = False
 
     # ------------------------------------------------------------------ how many
 
@@ -217,6 +225,12 @@ class Intake:
         wait = self.wait_seconds
         if sources.several:
             wait = sources.long_poll(source, now, wait) if may_wait else 0.0
+        # Holding groups of a FIFO queue, a long poll would not see them let go (SQS
+        # hands out no more of a group in flight): ask without one, and, answered
+        # empty, again as soon as one is let go (``held_back``).
+        self.held_back = self.ordering.holds(source)
+        if self.held_back:
+            wait = 0.0
         try:
             messages = source.backend.receive(
                 max_messages=min(self.batch_size, free),
@@ -235,9 +249,13 @@ class Intake:
     def next_receive(self, asked_at: float) -> float:
         """After an empty answer to the receive sent at ``asked_at``: when to ask
         again. One queue: once its wait is up (a short poll, a driven clock: the rest
-        of it). Several: as soon as one of them is awake."""
+        of it). Several: as soon as one of them is awake. A FIFO queue asked without
+        a long poll because groups of it are held (``held_back``): at most a
+        ``MAX_REST`` later - or as soon as a group is let go (the loop waits for that)."""
         if self.sources.several:
             return self.sources.next_receive(self.manager.clock.now())
+        if self.held_back:
+            return asked_at + min(self.wait_seconds, MAX_REST)
         return asked_at + self.wait_seconds
 
     def source_of(self, lease: Lease) -> Source | None:
@@ -340,26 +358,55 @@ class Intake:
         return "rolled_over"
 
     def fail(self, lease: Lease, error: BaseException) -> tuple[str, Future[None] | None]:
-        """The handler raised ``error``: release the message (through the coalescer), or
-        send a poison message to the dead-letter queue. Returns what it counts as,
-        and the release to wait for. A handler ``interrupted`` (``SystemExit``, a
-        ``KeyboardInterrupt``) did not fail: its message is released at once, here,
-        and counted ``interrupted``."""
+        """The handler raised ``error``: send a poison message to the dead-letter queue,
+        or release the message - on a FIFO queue with the later messages of its group
+        the worker holds, in the same call (blocking: ``AsyncWorker`` takes the same
+        steps with its blocking ones off its loop). Returns what it counts as, and the
+        release to wait for. A handler ``interrupted`` (``SystemExit``, a
+        ``KeyboardInterrupt``) did not fail: ``release_interrupted``."""
         if interrupted(error):
-            try:
-                self.manager.fail(lease, error)
-            except ManagerClosed:
-                pass  # closed in a hurry: close() released it
-            except Exception as exc:  # lost meanwhile (reported), or the release failed
-                log.warning("release of interrupted message %r failed: %s", lease.id, exc)
-            return "interrupted", None
-        try:
-            future = self.manager.fail_soon(lease, error)
-        except ManagerClosed:
-            return "failed", None  # closed in a hurry: close() released it
-        if lease.state is LeaseState.COMPLETED:
-            return "dead_lettered", None  # copied, then deleted, already
-        return "failed", future
+            return self.release_interrupted(lease, error), None
+        if self.dead_lettered(lease, error):
+            return "dead_lettered", None
+        futures = self.release_failed(lease, error, self.ordering.take_rest(lease))
+        return "failed", futures[0] if futures else None
+
+    def dead_lettered(self, lease: Lease, error: BaseException) -> bool:
+        """The handler raised ``error`` on a poison message, and there is a dead-letter
+        queue: send it there, then delete it (blocking: run it off an event loop).
+        False when it is no poison message, or the send failed: release it
+        (``release_failed``). The workers' half of ``LeaseManager.fail_soon``."""
+        failures = self.manager.failures
+        # The workers swallow the handler's exception: its traceback goes in the line.
+        return failures.dead_letters(lease) and failures.dead_letter_now(
+            lease, error, traceback=True
+        )
+
+    def release_failed(
+        self, lease: Lease, error: BaseException, rest: Sequence[Lease] = ()
+    ) -> list[Future[None]] | None:
+        """The handler raised ``error``: release the message after the failure policy's
+        delay - with ``rest``, the later messages of its group the worker held, in the
+        same call - through the coalescer. One future a lease, in order; None when the
+        manager was closed in a hurry (its close released them). The other half of
+        ``LeaseManager.fail_soon``."""
+        failures = self.manager.failures
+        seconds = failures.delay_for(lease, None)
+        futures = self.ordering.release_together(lease, rest, seconds, failed=True)
+        if futures is not None:
+            failures.warn_released(lease, error, seconds, traceback=True)
+        return futures
+
+    def release_interrupted(self, lease: Lease, error: BaseException) -> str:
+        """The handler was interrupted (``failures.interrupted``): its message goes back
+        at once - on a FIFO queue with the later messages of its group the worker
+        holds - never to the dead-letter queue, and counts ``interrupted``, not as a
+        failure. Queued on the coalescer: nothing here waits (an event loop may call
+        it)."""
+        rest = self.ordering.take_rest(lease)
+        if self.ordering.release_together(lease, rest, 0.0, failed=True) is not None:
+            say_interrupted(lease, error)
+        return "interrupted"
 
     def count(self, outcome: str, lease: Lease | None = None) -> None:
         """Count a finished message (``lease``'s), in total and for its queue."""
@@ -378,7 +425,9 @@ class Intake:
 
 
 #: The outcomes counted under their own name; any other is "failed".
-_OUTCOMES = frozenset(("completed", "rolled_over", "lost", "dead_lettered", "interrupted"))
+_OUTCOMES = frozenset(
+    ("completed", "rolled_over", "lost", "dead_lettered", "held_back", "interrupted")
+)
 
 
 def _per_queue(name: str, value: Any, count: int) -> list[Any]:

@@ -38,7 +38,9 @@ class LoopState(Protocol):
 
     @property
     def running(self) -> int:
-        """Messages in hand: handled now, or waiting for a handler."""
+        """Messages in hand: handled now, or waiting for a handler. (A FIFO group's
+        messages waiting behind an earlier one count only beyond an allowance:
+        ``Intake.ordering``; and not at all once stopping, when none of them starts.)"""
         ...
 
     @property
@@ -68,6 +70,9 @@ class Wait:
 
     until: float | None
     running_at_most: int | None = None
+    #: Wait for a FIFO group to be let go - ``intake.ordering.groups.let_go`` above
+    #: this - rather than for any change (None: any change, or room).
+    let_go_above: int | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,7 @@ def receive_loop(
         if state.stopping:
             break
         asked_at = clock.now()
+        let_go = intake.ordering.groups.let_go  # FIFO groups let go so far
         try:
             messages = yield Receive(min(intake.batch_size, limit - state.running))
         except Exception as exc:
@@ -157,7 +163,13 @@ def receive_loop(
         rest = intake.next_receive(asked_at)
         if until_idle is not None and not state.running + state.unsettled:
             rest = min(rest, idle_since + until_idle)
-        if now < rest:
+        if intake.held_back:
+            # Empty, perhaps only because of the FIFO groups the worker holds itself:
+            # ask again once one of them is let go (the service may then hand it out).
+            groups = intake.ordering.groups
+            while clock.now() < rest and groups.let_go == let_go and not state.stopping:
+                yield Wait(rest, let_go_above=let_go)
+        elif now < rest:
             yield Wait(rest)
     return None
 

@@ -494,7 +494,9 @@ def _message_of(frame: Add, queues: Sequence[Backend]) -> Message:
     """The message of the lease ``frame`` names, as far as renewing it goes."""
     return Message(
         id=frame.message_id,
-        body="",  # the renewer never needs the body: it stays in the worker
+        # The body, attributes and group (Message.group) stay in the worker: the
+        # renewer reads none of them, and the handler's message is the worker's.
+        body="",
         receipt=frame.receipt,
         backend=queues[frame.queue],
         received_at=frame.received_at,
