@@ -192,3 +192,28 @@ def test_an_interrupted_async_block_releases_its_message_at_once(
     queues.released_at_once()
     assert said() == []
     manager.close()
+
+
+def test_an_interrupted_handler_on_a_fifo_queue_goes_back_at_once_in_order(
+    clock: ManualClock, said: Callable[[], list[str]]
+) -> None:
+    """On a FIFO queue the interrupted message goes back at once with the later
+    messages of its group the worker held, and the group is done again in order - a
+    failure would have kept them away for ``release_delay`` (60 s here)."""
+    queue = MemoryQueue(30.0, clock=clock, fifo=True)
+    for n in range(3):
+        queue.send(f"a:{n}", group_id="a")
+    order: list[str] = []
+
+    def handle(message: Message) -> None:
+        order.append(str(message.body))
+        if order == ["a:0"]:
+            raise SystemExit
+
+    worker = Worker(queue, handle, concurrency=2, wait_seconds=1, clock=clock, **POISON, **TIMING)
+    thread, out = run_in_thread(worker.run, until_idle=5)
+    drive(clock, thread)
+    stats = out[0]
+    assert order == ["a:0", "a:0", "a:1", "a:2"]
+    assert (stats.interrupted, stats.failed, stats.completed) == (1, 0, 3)
+    assert len(queue) == 0 and said() == []
