@@ -56,6 +56,7 @@ from leasekeeper.receiving import (
     Wait,
     receive_loop,
     shutdown_steps,
+    stop_notice,
 )
 from leasekeeper.receiving.stats import WorkerStats
 from leasekeeper.rollover import Rollover
@@ -208,10 +209,13 @@ class Worker:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._stop.is_set():
-            log.warning("second signal %d: releasing running messages now", signum)
             self._hurry.set()
+            log.warning("second signal %d: releasing running messages now", signum)
         else:
-            log.info("signal %d: stopping after running handlers finish", signum)
+            # Stopping before saying so: a second signal that lands while this one is
+            # said (its handler runs nested) is taken as the second.
+            self._stop.set()
+            log.warning(stop_notice(signum, self._running, self.intake.shutdown_timeout))
         self._request_stop()
 
     # ------------------------------------------------------------------ running

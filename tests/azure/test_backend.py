@@ -48,7 +48,7 @@ def test_import_without_the_sdk_names_the_extra() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
-    assert "pip install 'leasekeeper[azure]'" in out.stdout
+    assert "pip install 'azure-storage-queue>=12.8'" in out.stdout
     assert "azure-storage-queue" in out.stdout
 
 

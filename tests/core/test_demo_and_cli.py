@@ -92,7 +92,12 @@ def test_in_a_terminal_the_demo_redraws_its_timelines_in_place(
 
 def test_config_command_validates(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "--visibility-timeout", "60"]) == 0
-    assert "threshold in force" in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    # Each value once, under the flag that sets it; the derived threshold as a number.
+    assert "--visibility-timeout   60.0" in out
+    assert "--extend-threshold     20 (derived)" in out
+    assert "--max-lease-duration   unset" in out
+    assert not any("None" in line or "threshold in force" in line for line in out)
     assert main(["config", "--visibility-timeout", "2", "--minimal-life", "5"]) == 2
     assert "must exceed" in capsys.readouterr().err
 

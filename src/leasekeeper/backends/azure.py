@@ -64,6 +64,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from leasekeeper.errors import install_hint
+
 try:
     from azure.core.exceptions import (
         AzureError,
@@ -77,7 +79,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "leasekeeper.backends.azure needs azure-storage-queue, which is not installed: "
-        "pip install 'leasekeeper[azure]'"
+        + install_hint("azure")
     ) from _exc
 
 from leasekeeper.backends.cloud import CloudBackend, ThreadClients
@@ -94,6 +96,7 @@ from leasekeeper.backends.shared import (
     check_lease_age,
     clean_code,
     epoch_seconds,
+    host_port,
     redact,
     text_body,
     whole_seconds,
@@ -315,6 +318,7 @@ class AzureQueueBackend(CloudBackend):
     """
 
     service = "Azure queue"
+    network_errors = (ServiceRequestError, ServiceResponseError)
     receipt_name = "pop receipt"
     logger = log
     bad_argument_code = "OutOfRangeQueryParameterValue [visibilitytimeout]"
@@ -520,8 +524,13 @@ class AzureQueueBackend(CloudBackend):
 
     def _receive_page(self, count: int, visibility: int) -> list[QueueMessage]:
         with self._receive_lock:
+            # One attempt (the SDK's retries waited up to a minute and a half for an
+            # unreachable endpoint): a worker retries a failed receive itself.
             pager = self.queue_client.receive_messages(
-                messages_per_page=count, max_messages=count, visibility_timeout=visibility
+                messages_per_page=count,
+                max_messages=count,
+                visibility_timeout=visibility,
+                retry_total=0,
             )
             # One page is one Get Messages call; iterating further would poll again.
             page = next(iter(pager.by_page()), None)
@@ -533,7 +542,8 @@ class AzureQueueBackend(CloudBackend):
 
         def read() -> object:
             with self._receive_lock:
-                return self.queue_client.get_queue_properties().approximate_message_count
+                properties = self.queue_client.get_queue_properties(retry_total=0)
+                return properties.approximate_message_count
 
         total = self.call("counts", read)
         return QueueCounts(None, None, None, total if isinstance(total, int) else None)
@@ -665,6 +675,9 @@ class AzureQueueBackend(CloudBackend):
             # The old receipt is dead and the new one is unknown: the lease is gone.
             return Outcome("lost", detail="no pop receipt in the Update Message answer")
         return Outcome("ok", receipt=receipt)
+
+    def address(self) -> str:
+        return host_port(self.account_url)
 
     def classify(self, exc: BaseException, receipts: Sequence[str] = ()) -> Outcome:
         """``classify_error`` (its detail never quotes the exception's text)."""

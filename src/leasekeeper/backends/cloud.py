@@ -185,6 +185,8 @@ class CloudBackend:
     attribute_limit: ClassVar[int | None] = None
     #: The longest delay ``send`` takes, seconds.
     max_send_delay: ClassVar[float] = 0.0
+    #: The SDK's exceptions that say no answer came (besides ``OSError``).
+    network_errors: ClassVar[tuple[type[BaseException], ...]] = ()
     #: Chain the SDK's exception to a ReceiveError? Only where its text can quote no
     #: receipt, URL or key.
     chains_errors: ClassVar[bool] = False
@@ -296,7 +298,7 @@ class CloudBackend:
     def receive_error(self, exc: BaseException, operation: str = "receive") -> ReceiveError:
         """The ``ReceiveError`` for an exception a receive, a send or a queue read
         raised: "fatal" where the error table says so, "retry" for everything else."""
-        outcome = self.classify(exc)
+        outcome = self.located(exc, self.classify(exc))
         kind: ReceiveErrorKind = "fatal" if outcome.kind == "fatal" else "retry"
         self.logger.debug("%s from %r failed (%s): %s", operation, self, kind, outcome.detail)
         return self.new_receive_error(kind, outcome.detail, operation, exc)
@@ -399,6 +401,24 @@ class CloudBackend:
         The detail names the error code and never quotes ``receipts`` (or any)."""
         raise NotImplementedError
 
+    def address(self) -> str:
+        """``host:port`` of the endpoint this backend's calls go to (never a
+        credential, a path or a query): what a failure to reach it names."""
+        return "an unknown address"
+
+    def unreachable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says no answer came from the service: a connection refused
+        or reset, a name that does not resolve, a timeout (``OSError``, or one of the
+        SDK's ``network_errors``)."""
+        return isinstance(exc, (OSError, *self.network_errors))
+
+    def located(self, exc: BaseException, outcome: Outcome) -> Outcome:
+        """``outcome`` of ``exc``, whose detail names the endpoint when the service
+        could not be reached: "could not reach localhost:5999 (EndpointConnectionError)"."""
+        if outcome.kind != "retry" or not self.unreachable(exc):
+            return outcome
+        return outcome._replace(detail=f"could not reach {self.address()} ({outcome.detail})")
+
     def failure_note(self, exc: BaseException, receipts: Sequence[str]) -> str:
         """Extra words for the log line of a failure (the service's message, scrubbed;
         a request id). Never a receipt."""
@@ -407,7 +427,7 @@ class CloudBackend:
     def failed(self, operation: str, handles: Sequence[Handle], exc: BaseException) -> Outcome:
         """The outcome of a call that raised ``exc``, logged."""
         receipts = [handle.receipt for handle in handles]
-        outcome = self.classify(exc, receipts)
+        outcome = self.located(exc, self.classify(exc, receipts))
         self.log_failure(operation, handles, outcome, self.failure_note(exc, receipts))
         return outcome
 

@@ -44,6 +44,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from leasekeeper.errors import install_hint
+
 try:
     from mns.account import Account
     from mns.auth import StaticCredentialsProvider
@@ -61,7 +63,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "leasekeeper.backends.mns needs aliyun-mns-sdk, which is not installed: "
-        "pip install 'leasekeeper[mns]'"
+        + install_hint("mns")
     ) from _exc
 
 from leasekeeper.backends.cloud import CloudBackend, ReadOnce, ThreadClients
@@ -75,6 +77,7 @@ from leasekeeper.backends.shared import (
     clean_code,
     codes,
     epoch_seconds,
+    host_port,
     is_seconds,
     redact,
     text_body,
@@ -302,6 +305,7 @@ class MNSBackend(CloudBackend):
     """
 
     service = "MNS"
+    network_errors = (MNSClientNetworkException,)  # refused, reset, timed out
     receipt_name = "receipt handle"
     logger = log
     bad_argument_code = "InvalidArgument"
@@ -662,6 +666,9 @@ class MNSBackend(CloudBackend):
         return out
 
     # ------------------------------------------------------------------ errors
+
+    def address(self) -> str:
+        return host_port(self.endpoint)
 
     def classify(self, exc: BaseException, receipts: Sequence[str] = ()) -> Outcome:
         """``classify_error``, with ``receipts`` and the access key blanked out."""

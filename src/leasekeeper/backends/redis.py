@@ -44,19 +44,21 @@ from functools import partial
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
+from leasekeeper.errors import install_hint
+
 try:
     import redis
     from redis import exceptions as errors
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "leasekeeper.backends.redis needs redis-py, which is not installed: "
-        "pip install 'leasekeeper[redis]'"
+        + install_hint("redis")
     ) from _exc
 
 from leasekeeper.backends.cloud import CloudBackend
 from leasekeeper.backends.contract import Handle, Message, Outcome, QueueCounts
 from leasekeeper.backends.rebuild import redis_renewal_problem, redis_secrets, redis_settings
-from leasekeeper.backends.shared import ErrorTable, chunked, clean_code, text_body
+from leasekeeper.backends.shared import ErrorTable, chunked, clean_code, host_port, text_body
 from leasekeeper.backends.spec import URLSpec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
 from leasekeeper.errors import ConfigError
@@ -181,6 +183,7 @@ class RedisStreamsBackend(CloudBackend):
     """
 
     service = "Redis Streams"
+    network_errors = (errors.ConnectionError, errors.TimeoutError)
     receipt_name = "delivery"
     logger = log
     bad_argument_code = "ERR"
@@ -395,6 +398,11 @@ class RedisStreamsBackend(CloudBackend):
         return [_STATES.get(_text(state), _UNKNOWN) for state in states]
 
     # ------------------------------------------------------------------ errors
+
+    def address(self) -> str:
+        kwargs = self.client.connection_pool.connection_kwargs  # a unix socket: its path
+        where = f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+        return str(kwargs["path"]) if kwargs.get("path") else host_port(where)
 
     def classify(self, exc: BaseException, receipts: Sequence[str] = ()) -> Outcome:
         """An error of redis-py: "fatal" for refused credentials and the errors in

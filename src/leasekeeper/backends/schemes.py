@@ -38,6 +38,7 @@ from leasekeeper.backends.rebuild import (
     REDIS_TLS_SETTINGS,
     redis_tls_value,
 )
+from leasekeeper.backends.shared import host_port
 from leasekeeper.backends.urls import parse_url
 from leasekeeper.clock import Clock
 from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
@@ -167,7 +168,7 @@ def sqs(
     is made only when another call needs it - so renewing imports no botocore.
     """
     # leasekeeper's module before the SDK's: without it, its ImportError names the extra
-    from leasekeeper.backends.sqs import SQSBackend, classify_exception
+    from leasekeeper.backends.sqs import SQSBackend, classify_exception, unreachable
 
     parsed = parse_url(
         url,
@@ -212,6 +213,9 @@ def sqs(
         except Exception as exc:
             kind, detail = classify_exception(exc)
             fatal: ReceiveErrorKind = "fatal" if kind == "fatal" else "retry"
+            if fatal == "retry" and unreachable(exc):
+                address = host_port(str(getattr(client.meta, "endpoint_url", "") or ""))
+                detail = f"could not reach {address} ({detail})"
             raise ReceiveError(fatal, detail, operation="GetQueueUrl", service="SQS") from exc
     return SQSBackend(
         client,

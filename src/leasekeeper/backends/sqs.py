@@ -20,11 +20,12 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from leasekeeper.errors import install_hint
+
 # The SDK found, not imported: the renewer process's lean path renews without botocore.
 if any(importlib.util.find_spec(sdk) is None for sdk in ("botocore", "boto3")):
     raise ImportError(  # pragma: no cover - exercised in a subprocess by the tests
-        "leasekeeper.backends.sqs needs boto3, which is not installed: "
-        "pip install 'leasekeeper[sqs]'"
+        "leasekeeper.backends.sqs needs boto3, which is not installed: " + install_hint("sqs")
     )
 
 from leasekeeper.backends._credentials import aws_configuration
@@ -38,6 +39,7 @@ from leasekeeper.backends.shared import (
     check_seconds,
     chunked,
     clean_code,
+    host_port,
     redact,
     said,
     whole_seconds,
@@ -63,7 +65,7 @@ if TYPE_CHECKING:
 else:
     boto = LazyModule("botocore.exceptions")
 
-__all__ = ["SQSBackend", "SQSSpec", "classify_error", "classify_exception"]
+__all__ = ["SQSBackend", "SQSSpec", "classify_error", "classify_exception", "unreachable"]
 
 log = logging.getLogger("leasekeeper.backends.sqs")
 
@@ -207,6 +209,13 @@ def _classify_exception(exc: BaseException) -> tuple[OutcomeKind, str, str]:
     if isinstance(exc, boto.ParamValidationError):
         return "fatal", f"{name}: malformed request (a leasekeeper bug, please report)", ""
     return "retry", name, ""
+
+
+def unreachable(exc: BaseException) -> bool:
+    """botocore's connection errors (refused, reset, DNS, connect and read timeouts,
+    a proxy that cannot connect; the lean path raises them too) and socket errors:
+    no answer came from the endpoint."""
+    return isinstance(exc, (boto.ConnectionError, boto.HTTPClientError, OSError))
 
 
 def classify_exception(exc: BaseException) -> tuple[OutcomeKind, str]:
@@ -666,6 +675,12 @@ class SQSBackend(CloudBackend):
     def failure_note(self, exc: BaseException, receipts: Sequence[str]) -> str:
         _, _, text = _classify_exception(exc)
         return said(scrub(text, receipts))
+
+    def address(self) -> str:  # the client's endpoint: the queue URL is a parameter
+        return host_port(str(getattr(self._client.meta, "endpoint_url", "") or self.queue_url))
+
+    def unreachable(self, exc: BaseException) -> bool:
+        return unreachable(exc)
 
 
 def _native(raw: Any, queue_url: str) -> tuple[Mapping[str, Any], Any]:

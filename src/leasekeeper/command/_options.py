@@ -126,7 +126,8 @@ def plain(text: str) -> str:
 def in_flag_terms(text: str) -> str:
     """``text`` with LeaseConfig field names spelled as their flags."""
     names = sorted((f.name for f in dataclasses.fields(LeaseConfig)), key=len, reverse=True)
-    pattern = re.compile(r"(?<![\w-])(" + "|".join(names) + r")(?![\w-])")
+    # Not a keyword in a repr (``visibility_timeout=30``): that is Python, not a flag.
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(names) + r")(?![\w=-])")
     return pattern.sub(lambda match: flag(match.group(1)), text)
 
 

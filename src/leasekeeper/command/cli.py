@@ -11,7 +11,13 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from leasekeeper.command._options import add_config_flags, add_version_flag, config_from, number
+from leasekeeper.command._options import (
+    add_config_flags,
+    add_version_flag,
+    config_from,
+    flag,
+    number,
+)
 from leasekeeper.errors import ConfigError
 
 DESCRIPTION = """\
@@ -83,8 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"leasekeeper config: invalid: {exc}", file=sys.stderr)
         return 2
     for name, value in dataclasses.asdict(config).items():
-        print(f"{name:20} {value}")
-    print(f"{'threshold in force':20} {config.threshold:g}")
+        shown = "unset" if value is None else value
+        if name == "extend_threshold":  # the value in force, derived or adapted
+            shown = {None: f"{config.threshold:g} (derived)"}.get(
+                value, f"auto (starts at {config.threshold:g})" if value == "auto" else value
+            )
+        print(f"{flag(name):22} {shown}")
     return 0
 
 

@@ -27,13 +27,16 @@ from typing import Any, NoReturn
 
 from leasekeeper.backends.contract import Backend
 from leasekeeper.backends.memory import MemoryQueue
+from leasekeeper.backends.urls import redact_url
 from leasekeeper.command._options import (
     add_config_flags,
     add_version_flag,
     config_from,
+    in_flag_terms,
     number,
     weights,
 )
+from leasekeeper.command._reach import Doorbell, reach
 from leasekeeper.command._status import PROG, StatusLine, queues_text
 from leasekeeper.command._usage import (
     UsageError,
@@ -44,6 +47,7 @@ from leasekeeper.command._usage import (
 )
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError, LeaseError, ReceiveError
+from leasekeeper.receiving import REACH_WITHIN
 
 __all__ = [
     "UsageError",
@@ -143,17 +147,24 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 def queue_flags(p: argparse.ArgumentParser) -> None:
-    group = p.add_argument_group("queue (one kind of flag; --queue may be repeated)")
+    group = p.add_argument_group(
+        "queue (one kind of flag; repeat it for one worker on several queues)"
+    )
     queue = group.add_mutually_exclusive_group(required=True)
-    queue.add_argument("--sqs", metavar="QUEUE_URL", help="an Amazon SQS queue, by its URL")
+    queue.add_argument(
+        "--sqs", metavar="QUEUE_URL", action="append", help="an Amazon SQS queue, by its URL"
+    )
     queue.add_argument(
         "--mns",
         nargs=2,
+        action="append",
         metavar=("ENDPOINT", "QUEUE"),
         help="an Aliyun MNS queue: the account endpoint (http://ID.mns.REGION.aliyuncs.com) "
         "and the queue name",
     )
-    queue.add_argument("--azure", metavar="QUEUE", help="an Azure Storage queue, by its name")
+    queue.add_argument(
+        "--azure", metavar="QUEUE", action="append", help="an Azure Storage queue, by its name"
+    )
     queue.add_argument(
         "--queue",
         metavar="URL",
@@ -167,7 +178,7 @@ def queue_flags(p: argparse.ArgumentParser) -> None:
         "--weights",
         type=weights,
         metavar="W,W,...",
-        help="with several --queue: how the receives are shared, one integer a queue in "
+        help="with several queues: how the receives are shared, one integer >= 1 a queue in "
         "their order (3,1: three receives from the first for one from the second, while "
         "both have messages; an empty queue never holds the others up). Default: equal",
     )
@@ -307,7 +318,8 @@ def parser() -> argparse.ArgumentParser:
         usage=(
             f"{PROG} MODULE:HANDLER\n"
             "         (--queue URL [--queue URL ... [--weights W,W,...]] |\n"
-            "          --sqs QUEUE_URL | --mns ENDPOINT QUEUE | --azure QUEUE) [options]"
+            "          --sqs QUEUE_URL ... | --mns ENDPOINT QUEUE ... | --azure QUEUE ...)\n"
+            "         [options]"
         ),
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -347,7 +359,7 @@ def sqs_region(args: argparse.Namespace) -> str | None:
     leaves it to the AWS configuration files."""
     if args.region:
         return str(args.region)
-    match = _AWS_HOST.match(args.sqs)
+    match = _AWS_HOST.match(one_queue(args).sqs)
     if match:
         return match.group(1)
     return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
@@ -376,30 +388,83 @@ def _sqs_spec(args: argparse.Namespace) -> Any:
     return SQSSpec(args.sqs, region=session.region_name, endpoint_url=sqs_endpoint(args))
 
 
-def build_backends(args: argparse.Namespace) -> list[Backend]:
-    """The backends the queue flags name: one, or one a ``--queue`` (checked against
-    ``--weights``)."""
-    urls = getattr(args, "queue", None) or []
+QUEUE_FLAGS = ("queue", "sqs", "mns", "azure")
+
+
+def each_queue(args: argparse.Namespace) -> list[argparse.Namespace]:
+    """One namespace a queue the flags name (a repeated ``--queue``, ``--sqs``,
+    ``--mns`` or ``--azure``), each with that one queue: ``--sqs URL``, ``--azure NAME``,
+    ``--mns [ENDPOINT, QUEUE]``, ``--queue [URL]``."""
+    for name in QUEUE_FLAGS:
+        given = getattr(args, name, None)
+        if not given:
+            continue
+        if name == "queue":
+            return [argparse.Namespace(**{**vars(args), name: [one]}) for one in given]
+        if isinstance(given, str) or (name == "mns" and isinstance(given[0], str)):
+            return [args]  # one queue's already
+        return [argparse.Namespace(**{**vars(args), name: one}) for one in given]
+    return [args]
+
+
+def one_queue(args: argparse.Namespace) -> argparse.Namespace:
+    """The namespace of the one queue ``args`` names (a ValueError if several)."""
+    queues = each_queue(args)
+    if len(queues) != 1:
+        raise ValueError(f"{len(queues)} queues, where one was expected")
+    return queues[0]
+
+
+def check_weights(args: argparse.Namespace, queues: int) -> None:
+    """``--weights`` must give one weight a queue, and there must be several queues."""
     given = getattr(args, "weights", None)
-    if given is not None and len(given) != max(2, len(urls)):
+    if given is None:
+        return
+    text = ",".join(str(weight) for weight in given)
+    if queues < 2:
         raise UsageError(
-            f"--weights has {len(given)} entries for {len(urls)} queue(s): give one a "
-            "--queue, and at least two queues"
+            f"--weights {text} shares the receives among several queues, and there is one: "
+            "repeat the queue flag (--queue URL --queue URL) or leave --weights out"
         )
-    if len(urls) < 2:
-        return [build_backend(args)]
-    return [build_backend(argparse.Namespace(**{**vars(args), "queue": [url]})) for url in urls]
+    if len(given) != queues:
+        raise UsageError(
+            f"--weights {text} gives {len(given)} weight(s) for {queues} queues: give one a "
+            f"queue, in their order (e.g. --weights {','.join(['1'] * queues)})"
+        )
+
+
+def build_backends(args: argparse.Namespace) -> list[Backend]:
+    """The backends the queue flags name: one a queue (checked against ``--weights``)."""
+    queues = each_queue(args)
+    check_weights(args, len(queues))
+    return [build_backend(one) for one in queues]
+
+
+def sqs_options(args: argparse.Namespace, url: str) -> dict[str, str]:
+    """``--region`` and ``--endpoint-url`` for ``connect(url)``: they are SQS's, and a
+    URL of another service refuses them."""
+    options = {
+        name: value
+        for name, value in (("region", args.region), ("endpoint_url", args.endpoint_url))
+        if value
+    }
+    scheme = url.partition("://")[0].lower()
+    if options and scheme not in ("sqs", "http", "https"):
+        flags = " and ".join(f"--{name.replace('_', '-')}" for name in options)
+        raise UsageError(f"{flags}: for SQS queues, and {url!r} is not one")
+    return options
 
 
 def build_backend(args: argparse.Namespace) -> Backend:
     """The backend the queue flags name, from its spec (credentials from the
     environment): a missing credential or region is a UsageError naming what to set."""
+    args = one_queue(args)
     try:
         if getattr(args, "queue", None) is not None:
             from leasekeeper.backends.registry import connect
 
             url = args.queue[0] if isinstance(args.queue, list) else args.queue
-            return connect(url)
+            return connect(url, **sqs_options(args, url))
         if args.sqs is not None:
             spec: Any = _sqs_spec(args)
         elif args.mns is not None:
@@ -435,7 +500,7 @@ QUEUE_HINTS = {
 def check_queue(args: argparse.Namespace, backend: Backend) -> None:
     """Ask the service about the queue once, before the first receive: a queue that
     does not exist, or credentials it refuses, are a UsageError; a service that
-    cannot be reached just now is left to the worker, which retries."""
+    cannot be reached raises its retryable ReceiveError (``reach`` tries again)."""
     if isinstance(backend, MemoryQueue):  # nothing to ask; but say what it cannot do
         logging.getLogger("leasekeeper.worker").warning(
             "%r is an in-memory queue: it lives only in this process (nothing else can "
@@ -450,20 +515,25 @@ def check_queue(args: argparse.Namespace, backend: Backend) -> None:
         read_queue(backend)
     except ReceiveError as exc:
         if exc.retryable:
-            logging.getLogger("leasekeeper.worker").warning(
-                "the queue cannot be reached yet (%s); the worker keeps trying", exc
-            )
-            return
-        where = {
-            "sqs": args.sqs,
-            "mns": " ".join(args.mns or ()),
-            "azure": args.azure,
-            # The URL the user gave (an SQS backend keeps it; others name their queue).
-            "queue": getattr(backend, "queue_url", None) or repr(backend),
-        }[kind]
+            raise
         raise UsageError(
-            f"the queue {where} cannot be used: {one_line(exc)} ({QUEUE_HINTS[kind]})"
+            f"the queue {queue_spelled(args, backend)} cannot be used: {one_line(exc)} "
+            f"({QUEUE_HINTS[kind]})"
         ) from exc
+
+
+def queue_spelled(args: argparse.Namespace, backend: Backend | None = None) -> str:
+    """The queue of ``args`` (one queue's namespace) as the user gave it."""
+    if getattr(args, "queue", None):
+        url = args.queue[0] if isinstance(args.queue, list) else args.queue
+        # An SQS backend keeps the URL it was given; others' URLs are as spelled,
+        # without a password.
+        return redact_url(str(getattr(backend, "queue_url", None) or url))
+    if args.sqs is not None:
+        return str(args.sqs)
+    if args.mns is not None:
+        return " ".join(args.mns)
+    return str(args.azure)
 
 
 def read_queue(backend: Any) -> None:
@@ -471,12 +541,9 @@ def read_queue(backend: Any) -> None:
     if hasattr(backend, "queue_visibility_timeout"):  # SQS, MNS
         backend.queue_visibility_timeout()
         return
-    client = getattr(backend, "queue_client", None)
-    if client is not None:  # Azure
-        try:
-            client.get_queue_properties()
-        except Exception as exc:
-            raise backend.receive_error(exc, "GetQueueProperties") from exc
+    counts = getattr(backend, "queue_counts", None)
+    if callable(counts):  # Azure (one attempt), Redis, a plug-in's
+        counts()
 
 
 AZURE_ELSE = (
@@ -504,10 +571,7 @@ def metrics_server() -> Callable[..., Any]:
         module = importlib.import_module("leasekeeper.prometheus")
         serve: Callable[..., Any] = module.serve_metrics
     except (ImportError, AttributeError) as exc:
-        raise UsageError(
-            "--metrics-port needs leasekeeper[prometheus] "
-            f"(pip install 'leasekeeper[prometheus]'): {one_line(exc)}"
-        ) from exc
+        raise UsageError(f"--metrics-port: {one_line(exc)}") from exc
     return serve
 
 
@@ -524,7 +588,7 @@ def _fail(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``leasekeeper worker ...``; returns the exit code."""
-    args = parser().parse_args(argv)
+    args = parser().parse_args(glued(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -536,9 +600,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A signal before the worker runs (while importing the handler, say) ends the
     # command as quietly as one while it runs.
     early: list[int] = []
+    doorbell = Doorbell()
 
     def noted(signum: int, frame: FrameType | None) -> None:
         early.append(signum)
+        doorbell.ring()
 
     previous = {sig: signal.signal(sig, noted) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -548,9 +614,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             handler = load_handler(args.handler)
             check_handler(handler, args.handler)
             config = config_from(args)
-            backends = build_backends(args)
-            for backend in backends:
-                check_queue(args, backend)
+            backends = reach_queues(args, doorbell)
+            if backends is None:
+                logging.getLogger("leasekeeper.worker").info(
+                    "signal %d before the worker started: not starting", early[0]
+                )
+                return EXIT_OK
             asynchronous = is_async(handler)
             worker = _make_worker(args, backends, handler, config, is_async=asynchronous)
         except (UsageError, LeaseError) as exc:
@@ -559,6 +628,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         for sig, before in previous.items():
             signal.signal(sig, before)
+        doorbell.close()
+
+
+def glued(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--weights -1,1`` spelled ``--weights=-1,1``: argparse takes a
+    value that starts with "-" (and is not one negative number) for a flag and says
+    only "expected one argument"; glued, the value gets --weights' own message."""
+    out = list(argv)
+    for index, word in enumerate(out[:-1]):
+        if word == "--weights" and re.fullmatch(r"-[0-9.,\s+-]*", out[index + 1]):
+            out[index : index + 2] = [f"--weights={out[index + 1]}"]
+            break
+    return out
+
+
+def reach_queues(args: argparse.Namespace, doorbell: Doorbell) -> list[Backend] | None:
+    """Every queue's backend, built and asked about once (``check_queue``); a service
+    that cannot be reached is tried again for ``REACH_WITHIN`` seconds (``--until-idle``
+    when shorter), then a UsageError. None: a signal came meanwhile."""
+    queues = each_queue(args)
+    check_weights(args, len(queues))
+    within = min(REACH_WITHIN, args.until_idle or REACH_WITHIN)
+    backends: list[Backend] = []
+    for one in queues:
+
+        def attempt(one: argparse.Namespace = one) -> Backend:
+            backend = build_backend(one)
+            try:
+                check_queue(one, backend)
+            except BaseException:
+                close = getattr(backend, "close", None)
+                if callable(close):
+                    close()
+                raise
+            return backend
+
+        what = f"the queue {queue_spelled(one)}"
+        backend = reach(attempt, what, within=within, doorbell=doorbell)
+        if backend is None:
+            return None
+        backends.append(backend)
+    return backends
 
 
 def _make_worker(
@@ -592,7 +703,7 @@ def _make_worker(
 
         return Worker(queues, handler, **common)
     except (ValueError, TypeError, LeaseError) as exc:
-        raise UsageError(one_line(exc)) from exc
+        raise UsageError(in_flag_terms(one_line(exc))) from exc
 
 
 def _run(
@@ -633,6 +744,8 @@ def _run(
             else:
                 worker.run(until_idle=args.until_idle)
         except ReceiveError as exc:
+            if exc.retryable:  # a queue never reached: as at start (docs/guide.md)
+                return _fail(f"cannot reach the queue: {exc}")
             sys.stderr.write(f"{PROG}: stopped: the queue refused for good: {exc}\n")
             return EXIT_FAILED
         except ConfigError as exc:  # the renewer process could not build its backend
