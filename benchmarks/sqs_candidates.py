@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 
-from leasekeeper.backends.sqs_http import CLIENT_METHODS, JSON_CONTENT_TYPE, LeanPath
+from leasekeeper.backends.sqs.lean import CLIENT_METHODS, JSON_CONTENT_TYPE, LeanPath
 
 Call = Callable[[str, dict[str, Any]], Any]
 
@@ -47,7 +47,7 @@ class HttpClientPath(LeanPath):
         self._local = threading.local()
 
     def _send(self, operation: str, body: bytes) -> Any:
-        from leasekeeper.backends.sqs_http import _Answer
+        from leasekeeper.backends.sqs.lean import _Answer
 
         headers = self._signed_headers(operation, body)
         connection = getattr(self._local, "connection", None)

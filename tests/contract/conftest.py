@@ -469,7 +469,7 @@ SUBJECTS: dict[str, Callable[[pytest.FixtureRequest], Subject]] = {
     "memory": lambda request: _memory(request, rotate=False),
     "memory-rotating": lambda request: _memory(request, rotate=True),
     "sqs-moto": _sqs,
-    # the same, through the lean call path (backends/sqs_http.py)
+    # the same, through the lean call path (backends/sqs/lean.py)
     "sqs-moto-lean": lambda request: _sqs(request, lean=True),
     "mns-local": _mns,
     "azure-azurite": _azure,

@@ -43,9 +43,10 @@ NOT_API = {
     "leasekeeper.backends.urls",
     "leasekeeper.backends.rebuild",
     "leasekeeper.backends.azure_identity",
-    "leasekeeper.backends.sqs_http",
-    "leasekeeper.backends.sigv4",
-    "leasekeeper.backends.keepalive",
+    "leasekeeper.backends.environment",
+    "leasekeeper.backends.sqs.lean",
+    "leasekeeper.backends.sqs.sigv4",
+    "leasekeeper.backends.sqs.keepalive",
 }
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)[^)]*\)")
 

@@ -122,7 +122,7 @@ def test_a_leasekeeper_without_its_package_metadata_still_renews_from_a_process(
 
     with monkeypatch.context() as patched:
         patched.setattr(importlib.metadata, "entry_points", lambda **_: ())
-        assert installed_schemes()["sqs"].value == "leasekeeper.backends.schemes:sqs"
+        assert installed_schemes()["sqs"].value == "leasekeeper.backends.sqs.scheme:sqs"
         assert callable(factory_for("memory"))
     # A worker, and the renewer process it starts (which imports with the worker's
     # sys.path), that see no package's entry points at all.

@@ -25,7 +25,7 @@ such a loss is reported and does no harm, and prints the counts.
 
 Run with the client settings the docs recommend and with boto3's defaults
 (standard retries, 3 attempts, up to seconds of backoff inside one call), on
-both call paths: the boto3 client's and the lean one (backends/sqs_http.py).
+both call paths: the boto3 client's and the lean one (backends/sqs/lean.py).
 """
 
 from __future__ import annotations

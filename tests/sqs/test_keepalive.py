@@ -1,4 +1,4 @@
-"""The lean path's HTTP/1.1 client (backends/keepalive.py) against a server on
+"""The lean path's HTTP/1.1 client (backends/sqs/keepalive.py) against a server on
 loopback that answers as scripted: a kept-alive connection carries the next call,
 one the server closed (at once or while idle) is replaced, bodies of every framing
 arrive whole, and a request is not sent twice when its answer never came."""
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from leasekeeper.backends.keepalive import ExchangeError, KeepAlivePool
+from leasekeeper.backends.sqs.keepalive import ExchangeError, KeepAlivePool
 
 OK = b'{"ok":true}'
 

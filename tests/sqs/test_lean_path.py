@@ -1,4 +1,4 @@
-"""The lean SQS call path (backends/sqs_http.py) where it differs from the client's:
+"""The lean SQS call path (backends/sqs/lean.py) where it differs from the client's:
 when it stands in for the client and when not, botocore's standard retries on
 the calls botocore retries (a receive) and one attempt on leasekeeper's own, the
 connection failures as botocore names them, a client without credentials. The
@@ -16,7 +16,7 @@ import pytest
 from botocore.config import Config
 
 from leasekeeper.backends.sqs import SQSBackend
-from leasekeeper.backends.sqs_http import lean_path, parse_error, why_not
+from leasekeeper.backends.sqs.lean import lean_path, parse_error, why_not
 from leasekeeper.errors import ReceiveError
 from tests.sqs.scripted import ScriptedSQS
 from tests.sqs.stubbed import QUEUE_URL, REGION, handles

@@ -1,5 +1,5 @@
 """The renewer process of an SQS worker on the lean path: with fixed keys it renews
-without importing botocore (``schemes.sqs``'s ``defer_client``: the client is made
+without importing botocore (``scheme.sqs``'s ``defer_client``: the client is made
 only when a call needs it), with the same outcomes and retries as the client's
 path; credentials that refresh keep the client, made in that process as before."""
 

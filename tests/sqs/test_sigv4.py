@@ -1,4 +1,4 @@
-"""The lean path's own SigV4 signer (backends/sigv4.py) signs as botocore's
+"""The lean path's own SigV4 signer (backends/sqs/sigv4.py) signs as botocore's
 SigV4Auth does: the same headers and Authorization on a fixed time and fixed
 credentials, with and without a session token, on http and https endpoints with
 and without a port and a path, and a new key when the secret or the day changes."""
@@ -14,7 +14,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.utils import normalize_url_path
 
-from leasekeeper.backends.sigv4 import RequestSigner, normalized_path
+from leasekeeper.backends.sqs.sigv4 import RequestSigner, normalized_path
 
 CONTENT_TYPE = "application/x-amz-json-1.0"
 TARGET = "AmazonSQS.ReceiveMessage"

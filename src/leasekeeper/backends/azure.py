@@ -64,8 +64,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from leasekeeper.errors import install_hint
-
 try:
     from azure.core.exceptions import (
         AzureError,
@@ -79,7 +77,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "leasekeeper.backends.azure needs azure-storage-queue, which is not installed: "
-        + install_hint("azure")
+        "pip install 'azure-storage-queue>=12.8' (what leasekeeper's azure extra brings)"
     ) from _exc
 
 from leasekeeper.backends.cloud import CloudBackend, ThreadClients
@@ -96,7 +94,6 @@ from leasekeeper.backends.shared import (
     check_lease_age,
     clean_code,
     epoch_seconds,
-    host_port,
     redact,
     text_body,
     whole_seconds,
@@ -122,6 +119,9 @@ DEFAULT_TTL = 604800.0  # 7 days: a message's default time-to-live
 DEFAULT_VISIBILITY = 30.0  # the service's default for Get Messages
 DEFAULT_EXPIRY_MARGIN = 2.0
 # Per-thread clients: fail fast rather than sit on a lease's remaining time.
+#: Receives and counts make one attempt: a worker retries them itself (the SDK's
+#: default retries waited a minute and a half for an endpoint that does not answer).
+ONCE: dict[str, Any] = {"retry_total": 0}
 DEFAULT_CONNECTION_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 15.0
 # receive(wait_seconds=...) re-polls with this backoff (Azure has no long poll).
@@ -318,7 +318,6 @@ class AzureQueueBackend(CloudBackend):
     """
 
     service = "Azure queue"
-    network_errors = (ServiceRequestError, ServiceResponseError)
     receipt_name = "pop receipt"
     logger = log
     bad_argument_code = "OutOfRangeQueryParameterValue [visibilitytimeout]"
@@ -524,13 +523,8 @@ class AzureQueueBackend(CloudBackend):
 
     def _receive_page(self, count: int, visibility: int) -> list[QueueMessage]:
         with self._receive_lock:
-            # One attempt (the SDK's retries waited up to a minute and a half for an
-            # unreachable endpoint): a worker retries a failed receive itself.
             pager = self.queue_client.receive_messages(
-                messages_per_page=count,
-                max_messages=count,
-                visibility_timeout=visibility,
-                retry_total=0,
+                messages_per_page=count, max_messages=count, visibility_timeout=visibility, **ONCE
             )
             # One page is one Get Messages call; iterating further would poll again.
             page = next(iter(pager.by_page()), None)
@@ -542,8 +536,7 @@ class AzureQueueBackend(CloudBackend):
 
         def read() -> object:
             with self._receive_lock:
-                properties = self.queue_client.get_queue_properties(retry_total=0)
-                return properties.approximate_message_count
+                return self.queue_client.get_queue_properties(**ONCE).approximate_message_count
 
         total = self.call("counts", read)
         return QueueCounts(None, None, None, total if isinstance(total, int) else None)
@@ -675,9 +668,6 @@ class AzureQueueBackend(CloudBackend):
             # The old receipt is dead and the new one is unknown: the lease is gone.
             return Outcome("lost", detail="no pop receipt in the Update Message answer")
         return Outcome("ok", receipt=receipt)
-
-    def address(self) -> str:
-        return host_port(self.account_url)
 
     def classify(self, exc: BaseException, receipts: Sequence[str] = ()) -> Outcome:
         """``classify_error`` (its detail never quotes the exception's text)."""

@@ -93,6 +93,11 @@ class _Stored:
         self.cap_at: float | None = None
 
 
+def _refusal(found: _Stored | None) -> Outcome:
+    """Why a delete of a message that is gone (None) or whose receipt is stale is refused."""
+    return _NOT_EXIST if found is None else _STALE
+
+
 class MemoryQueue:
     """An in-memory queue. Thread-safe.
 
@@ -240,25 +245,22 @@ class MemoryQueue:
 
     def visible_count(self) -> int:
         """Messages a receive could return now."""
-        with self._lock:
-            self._promote(self.clock.now())
-            return self._visible_locked()
+        return self._counts()[0]
 
     def in_flight_count(self) -> int:
         """Messages received and still hidden (or delayed)."""
-        with self._lock:
-            self._promote(self.clock.now())
-            return len(self._records) - self._visible_locked()
+        return sum(self._counts()[1:])
 
     def queue_counts(self) -> QueueCounts:
-        """Visible, in flight (received, hidden) and delayed (sent with a delay, never
-        received yet) messages, counted exactly."""
+        """Visible, in flight and delayed (sent with a delay, never received): exact."""
+        return QueueCounts(*self._counts())
+
+    def _counts(self) -> tuple[int, int, int]:
         with self._lock:
             self._promote(self.clock.now())
             visible = self._visible_locked()
-            hidden = [r for r in self._records.values() if not r.in_ready]
-            delayed = sum(1 for r in hidden if r.receive_count == 0)
-            return QueueCounts(visible, len(self._records) - visible - delayed, delayed)
+            delayed = sum(1 for r in self._records.values() if not (r.in_ready or r.receive_count))
+            return visible, len(self._records) - visible - delayed, delayed
 
     def __len__(self) -> int:
         """Messages not yet deleted."""
@@ -427,7 +429,7 @@ class MemoryQueue:
                 found = self._records.get(message_id)
                 if found is None or receipt != found.receipt:
                     self._single_refused += 1
-                    return [self._refusal(found)]
+                    return [_refusal(found)]
                 # Gone from _records is gone: receive and _promote skip what is not
                 # there, so its heap entries and version need no update.
                 del self._records[message_id]
@@ -443,15 +445,10 @@ class MemoryQueue:
             self._check_batch("delete", handles)
             return [self._delete_one(message_id, receipt) for message_id, receipt in handles]
 
-    @staticmethod
-    def _refusal(found: _Stored | None) -> Outcome:
-        """Why a delete of a message that is gone (None) or whose receipt is stale is refused."""
-        return _NOT_EXIST if found is None else _STALE
-
     def _delete_one(self, message_id: str, receipt: str) -> Outcome:
         found = self._records.get(message_id)
         if found is None or receipt != found.receipt:
-            return self._refusal(found)
+            return _refusal(found)
         del self._records[message_id]
         found.version += 1
         found.in_ready = False

@@ -44,8 +44,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from leasekeeper.errors import install_hint
-
 try:
     from mns.account import Account
     from mns.auth import StaticCredentialsProvider
@@ -63,7 +61,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "leasekeeper.backends.mns needs aliyun-mns-sdk, which is not installed: "
-        + install_hint("mns")
+        "pip install 'aliyun-mns-sdk>=1.3' (what leasekeeper's mns extra brings)"
     ) from _exc
 
 from leasekeeper.backends.cloud import CloudBackend, ReadOnce, ThreadClients
@@ -77,7 +75,6 @@ from leasekeeper.backends.shared import (
     clean_code,
     codes,
     epoch_seconds,
-    host_port,
     is_seconds,
     redact,
     text_body,
@@ -305,7 +302,6 @@ class MNSBackend(CloudBackend):
     """
 
     service = "MNS"
-    network_errors = (MNSClientNetworkException,)  # refused, reset, timed out
     receipt_name = "receipt handle"
     logger = log
     bad_argument_code = "InvalidArgument"
@@ -428,22 +424,20 @@ class MNSBackend(CloudBackend):
 
     def queue_visibility_timeout(self) -> float:
         """The queue's VisibilityTimeout in seconds: read once, then cached.
-
         Raises ``MNSQueueError`` when GetQueueAttributes fails (the RAM policy needs
-        ``mns:GetQueueAttributes``, or pass ``queue_visibility_timeout=``).
-        """
+        ``mns:GetQueueAttributes``, or pass ``queue_visibility_timeout=``)."""
         return self._queue_vt.get()
 
-    def _read_visibility(self) -> float:
-        queue = self._queue()
-        request = GetQueueAttributesRequest(self.queue_name)
-        response = GetQueueAttributesResponse()
+    def _attributes(self, operation: str) -> GetQueueAttributesResponse:
+        request, response = GetQueueAttributesRequest(self.queue_name), GetQueueAttributesResponse()
+        client = self._queue().mns_client
         # The client call, not Queue.get_attributes(): that one fills deprecated
         # QueueMeta fields and warns about each.
-        self.call(
-            "GetQueueAttributes", lambda: queue.mns_client.get_queue_attributes(request, response)
-        )
-        seconds = response.visibility_timeout
+        self.call(operation, lambda: client.get_queue_attributes(request, response))
+        return response
+
+    def _read_visibility(self) -> float:
+        seconds = self._attributes("GetQueueAttributes").visibility_timeout
         if not is_seconds(seconds) or not MIN_VISIBILITY <= seconds <= MAX_VISIBILITY:
             raise MNSQueueError(
                 "GetQueueAttributes", "retry", f"unexpected VisibilityTimeout {seconds!r}"
@@ -451,21 +445,10 @@ class MNSBackend(CloudBackend):
         return float(seconds)
 
     def queue_counts(self) -> QueueCounts:
-        """ActiveMessages (visible), InactiveMessages (in flight) and DelayMessages,
-        read now (GetQueueAttributes)."""
-        request = GetQueueAttributesRequest(self.queue_name)
-        response = GetQueueAttributesResponse()
-        client = self._queue().mns_client
-        self.call("counts", lambda: client.get_queue_attributes(request, response))
-
-        def count(value: object) -> int | None:
-            return value if isinstance(value, int) and value >= 0 else None
-
-        return QueueCounts(
-            count(response.active_messages),
-            count(response.inactive_messages),
-            count(response.delay_messages),
-        )
+        """ActiveMessages, InactiveMessages and DelayMessages (GetQueueAttributes)."""
+        found = self._attributes("counts")
+        counts = (found.active_messages, found.inactive_messages, found.delay_messages)
+        return QueueCounts(*(n if isinstance(n, int) and n >= 0 else None for n in counts))
 
     def refresh_queue_attributes(self) -> float:
         """Forget the cached VisibilityTimeout and read it again."""
@@ -666,9 +649,6 @@ class MNSBackend(CloudBackend):
         return out
 
     # ------------------------------------------------------------------ errors
-
-    def address(self) -> str:
-        return host_port(self.endpoint)
 
     def classify(self, exc: BaseException, receipts: Sequence[str] = ()) -> Outcome:
         """``classify_error``, with ``receipts`` and the access key blanked out."""

@@ -17,17 +17,12 @@ queue.
 
 from __future__ import annotations
 
-import contextlib
 import ssl
 from collections.abc import Mapping
 from typing import Any
 
-from leasekeeper.backends._credentials import (
-    aws_configuration,
-    aws_credentials_problem,
-    azure_credentials_problem,
-)
 from leasekeeper.backends.azure_identity import REBUILT_CREDENTIALS, credential_options
+from leasekeeper.backends.environment import azure_credentials_problem
 from leasekeeper.backends.urls import redact_url
 
 __all__ = [
@@ -41,39 +36,19 @@ __all__ = [
     "azure_secrets",
     "azure_settings",
     "azure_transport_options",
+    "certificate_options",
     "mns_credentials_given",
     "mns_renewal_problem",
     "mns_secrets",
+    "proxy_options",
     "redis_renewal_problem",
     "redis_secrets",
     "redis_settings",
     "redis_tls_value",
-    "sqs_credentials_problem",
-    "sqs_secrets",
-    "sqs_settings",
-    "sqs_verify",
 ]
 
-# Where botocore's own chain finds credentials: the renewer process, on this
-# machine with this environment, finds refreshing ones of these kinds itself.
-_AWS_CHAIN_METHODS = frozenset(
-    {
-        "env",
-        "shared-credentials-file",
-        "config-file",
-        "assume-role",
-        "assume-role-with-web-identity",
-        "sso",
-        "iam-role",
-        "container-role",
-        "custom-process",
-        "boto-config",
-        "ec2-credentials-file",
-    }
-)
 
-
-def _proxies(proxies: object) -> dict[str, str]:
+def proxy_options(proxies: object) -> dict[str, str]:
     """``http_proxy``/``https_proxy`` options of a proxies dict (password kept)."""
     if not isinstance(proxies, Mapping):
         return {}
@@ -84,34 +59,9 @@ def _proxies(proxies: object) -> dict[str, str]:
     }
 
 
-def sqs_settings(client: Any) -> dict[str, Any]:
-    """The factory options (``leasekeeper.backends.schemes.sqs``) that make a client
-    like ``client``: endpoint, region, retry mode and attempts, timeouts, pool
-    size, TLS verification and client certificate, proxies and their TLS settings.
-    The proxies keep their password: a spec drops it (``public_options``),
-    ``sqs_secrets`` sends it to the renewer process."""
-    meta = getattr(client, "meta", None)
-    config = getattr(meta, "config", None)
-    retries = getattr(config, "retries", None)
-    retries = retries if isinstance(retries, Mapping) else {}
-    return {
-        "region": getattr(meta, "region_name", None),
-        "endpoint_url": getattr(meta, "endpoint_url", None),
-        "retry_mode": retries.get("mode"),
-        "max_attempts": retries.get("total_max_attempts"),
-        "connect_timeout": getattr(config, "connect_timeout", None),
-        "read_timeout": getattr(config, "read_timeout", None),
-        "max_pool_connections": getattr(config, "max_pool_connections", None),
-        "verify": _verify_setting(client),
-        **_proxies(getattr(config, "proxies", None)),
-        **_proxy_settings(getattr(config, "proxies_config", None)),
-        **_certificate(getattr(config, "client_cert", None), "client_cert", CLIENT_KEY),
-    }
-
-
 # botocore's ``Config(proxies_config=...)``, one factory option each: the CA bundle
 # and client certificate (and its key, where given apart) for a TLS proxy, and
-# forwarding (``schemes.sqs`` gives them back).
+# forwarding (``leasekeeper.backends.sqs.scheme`` gives them back).
 PROXY_SETTINGS = ("proxy_ca_bundle", "proxy_client_cert", "proxy_use_forwarding_for_https")
 PROXY_CLIENT_KEY = "proxy_client_key"
 # botocore's ``Config(client_cert=...)``'s key, where it is a file of its own: the
@@ -120,146 +70,12 @@ CLIENT_KEY = "client_key"
 CONNECTION_KEY = "connection_key"  # the same for an Azure client's ``connection_cert``
 
 
-def _proxy_settings(proxies_config: object) -> dict[str, Any]:
-    """The factory options of botocore's ``proxies_config``: a TLS proxy's CA bundle
-    and client certificate (a (certificate, key) pair as two options), forwarding."""
-    if not isinstance(proxies_config, Mapping):
-        return {}
-    settings = {name: proxies_config.get(name) for name in PROXY_SETTINGS}
-    cert = settings.pop("proxy_client_cert")
-    return {**settings, **_certificate(cert, "proxy_client_cert", PROXY_CLIENT_KEY)}
-
-
-def _certificate(cert: object, cert_name: str, key_name: str) -> dict[str, Any]:
+def certificate_options(cert: object, cert_name: str, key_name: str) -> dict[str, Any]:
     """A client certificate's factory options: ``{cert_name: path}``, or for a
     (certificate, key) pair, the key's path as ``key_name`` too."""
     if isinstance(cert, (tuple, list)) and len(cert) == 2:  # (cert, key)
         return {cert_name: cert[0], key_name: cert[1]}
     return {cert_name: cert} if isinstance(cert, str) else {}
-
-
-def sqs_verify(client: Any) -> bool | str:
-    """``client``'s TLS verification: False, True, or the CA bundle's path (botocore
-    keeps it on the client's HTTP session)."""
-    endpoint = getattr(client, "_endpoint", None)
-    verify = getattr(getattr(endpoint, "http_session", None), "_verify", True)
-    return verify if isinstance(verify, (bool, str)) else True
-
-
-def _verify_setting(client: Any) -> bool | str | None:
-    """The ``verify`` another process must be given to make ``client``'s calls: False,
-    or a CA bundle other than the one its own configuration names (``AWS_CA_BUNDLE``,
-    the config file's ``ca_bundle``, which it reads itself); None when it needs none
-    (an ``http`` endpoint's client too)."""
-    endpoint = str(getattr(getattr(client, "meta", None), "endpoint_url", ""))
-    if not endpoint.startswith("https:"):
-        return None
-    verify = sqs_verify(client)
-    if verify is False or not isinstance(verify, str):
-        return False if verify is False else None
-    import botocore.session
-
-    own = botocore.session.get_session().get_config_variable("ca_bundle")
-    return None if own == verify else verify
-
-
-def _aws_credentials(client: Any) -> Any:
-    # botocore keeps a client's credentials only on its request signer.
-    return getattr(getattr(client, "_request_signer", None), "_credentials", None)
-
-
-def _refreshes(credentials: object) -> bool:
-    return callable(getattr(credentials, "refresh_needed", None))
-
-
-def sqs_secrets(client: Any) -> dict[str, Any]:
-    """What the renewer process needs to make ``client`` and cannot find itself:
-    fixed keys (given in code, from a profile chosen in code...), a proxy's URL
-    with its password. Refreshing credentials are not sent (they would expire)."""
-    secrets: dict[str, Any] = {
-        name: url for name, url in _proxies_of(client).items() if redact_url(url) != url
-    }
-    credentials = _aws_credentials(client)
-    if credentials is not None and not _refreshes(credentials):
-        frozen = credentials.get_frozen_credentials()
-        secrets["aws_access_key_id"] = frozen.access_key
-        secrets["aws_secret_access_key"] = frozen.secret_key
-        if frozen.token:
-            secrets["aws_session_token"] = frozen.token
-    return secrets
-
-
-def _proxies_of(client: Any) -> dict[str, str]:
-    config = getattr(getattr(client, "meta", None), "config", None)
-    return _proxies(getattr(config, "proxies", None))
-
-
-def sqs_credentials_problem(client: Any) -> str | None:
-    """Why the renewer process could not have ``client``'s credentials: they refresh
-    through a provider built in this process (not one of botocore's chain), or
-    through one its own chain would not find (a role assumed through a profile
-    chosen in code); or, with none on the client, none in the environment either.
-    None when it can."""
-    credentials = _aws_credentials(client)
-    if credentials is None:
-        return aws_credentials_problem()
-    if not _refreshes(credentials):
-        return None  # sent to it (sqs_secrets)
-    method = str(getattr(credentials, "method", "") or "")
-    if method not in _AWS_CHAIN_METHODS:
-        return (
-            f"the client's AWS credentials refresh through a provider built in this process "
-            f"({method or 'custom'}), which another process cannot rebuild"
-        )
-    return _chain_problem(credentials, method)
-
-
-def _chain_problem(credentials: object, method: str) -> str | None:
-    """Why the renewer process's own chain would not give it ``credentials``, which
-    refresh through a ``method`` of botocore's chain. It builds them from the same
-    environment and files as this process: only right when this process's chain
-    finds them. A profile chosen in code (``boto3.Session(profile_name=...)``) that
-    assumes a role is one it would not find: it would renew as whoever the default
-    chain names."""
-    import botocore.exceptions
-    import botocore.session
-
-    try:
-        found = botocore.session.get_session().get_credentials()
-    except botocore.exceptions.BotoCoreError as exc:
-        return f"{type(exc).__name__}: {aws_configuration(exc)}"
-    if found is None:
-        return aws_credentials_problem()
-    if _source_of(found) != _source_of(credentials):
-        return (
-            f"the client's AWS credentials ({method}) are not the ones this process's own "
-            f"chain finds ({getattr(found, 'method', None) or 'others'}): a profile or role "
-            "chosen in code, which the renewer process would not use (it would renew as "
-            "another identity); name the profile in AWS_PROFILE for it to use the same"
-        )
-    return None
-
-
-# What tells two refreshing credentials' sources apart: the role, SSO account or
-# profile their fetcher was made for (botocore keeps them on it).
-_SOURCE_FIELDS = ("_role_arn", "_start_url", "_account_id", "_role_name", "_profile_name")
-
-
-def _source_of(credentials: object) -> tuple[object, ...]:
-    """Where refreshing ``credentials`` come from, as far as it tells identities apart:
-    their method, the function that refreshes them, the role, SSO account or profile
-    its object was made for, and the text it closes over (a credential process's
-    command). Two of the same role made at different times compare equal."""
-    refresh = getattr(credentials, "_refresh_using", None)
-    owner = getattr(refresh, "__self__", None)
-    marks: list[object] = [getattr(credentials, "method", None)]
-    marks.append(getattr(refresh, "__qualname__", type(refresh).__qualname__))
-    marks.extend(str(getattr(owner, name, None)) for name in _SOURCE_FIELDS)
-    for cell in getattr(refresh, "__closure__", None) or ():
-        with contextlib.suppress(ValueError):  # (an empty cell)
-            if isinstance(cell.cell_contents, str):
-                marks.append(cell.cell_contents)
-    return tuple(marks)
 
 
 def mns_credentials_given(provider: Any) -> tuple[str, str, str] | None:
@@ -316,8 +132,8 @@ def azure_settings(queue_client: Any) -> dict[str, Any]:
         "read_timeout": getattr(connection, "read_timeout", None),
         "connection_verify": transport.get("connection_verify"),
         "api_version": _api_version_given(queue_client),
-        **_certificate(transport.get("connection_cert"), "connection_cert", CONNECTION_KEY),
-        **_proxies(transport.get("proxies")),
+        **certificate_options(transport.get("connection_cert"), "connection_cert", CONNECTION_KEY),
+        **proxy_options(transport.get("proxies")),
         **(credential_options(getattr(queue_client, "credential", None)) or {}),
     }
 
@@ -406,7 +222,7 @@ def azure_renewal_problem(queue_client: Any, account_url: str) -> str | None:
 def azure_secrets(queue_client: Any) -> dict[str, Any]:
     """The queue client's key or SAS token, and its proxies' URLs with a password:
     what the renewer process needs and cannot find itself."""
-    proxies = _proxies(azure_transport_options(queue_client).get("proxies"))
+    proxies = proxy_options(azure_transport_options(queue_client).get("proxies"))
     secret_proxies = {name: url for name, url in proxies.items() if redact_url(url) != url}
     return {**(azure_credentials_given(queue_client) or {}), **secret_proxies}
 

@@ -44,21 +44,19 @@ from functools import partial
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
-from leasekeeper.errors import install_hint
-
 try:
     import redis
     from redis import exceptions as errors
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "leasekeeper.backends.redis needs redis-py, which is not installed: "
-        + install_hint("redis")
+        "pip install 'redis>=4.5' (what leasekeeper's redis extra brings)"
     ) from _exc
 
 from leasekeeper.backends.cloud import CloudBackend
 from leasekeeper.backends.contract import Handle, Message, Outcome, QueueCounts
 from leasekeeper.backends.rebuild import redis_renewal_problem, redis_secrets, redis_settings
-from leasekeeper.backends.shared import ErrorTable, chunked, clean_code, host_port, text_body
+from leasekeeper.backends.shared import ErrorTable, chunked, clean_code, text_body
 from leasekeeper.backends.spec import URLSpec
 from leasekeeper.clock import SYSTEM_CLOCK, Clock, DrivenClock
 from leasekeeper.errors import ConfigError
@@ -183,7 +181,6 @@ class RedisStreamsBackend(CloudBackend):
     """
 
     service = "Redis Streams"
-    network_errors = (errors.ConnectionError, errors.TimeoutError)
     receipt_name = "delivery"
     logger = log
     bad_argument_code = "ERR"
@@ -293,20 +290,14 @@ class RedisStreamsBackend(CloudBackend):
             log.debug("could not remove consumer %s: %s", consumer, type(exc).__name__)
 
     def queue_counts(self) -> QueueCounts:
-        """Entries not yet delivered (XLEN less the pending ones: a delete removes
-        its entry) and the group's pending entries (XPENDING), exactly. A pending
-        entry idle past the visibility timeout counts as in flight until a receive
-        reclaims it; there is no delayed delivery."""
-
-        def read() -> tuple[int, int]:
-            with self.client.pipeline(transaction=True) as pipe:
-                pipe.xlen(self.stream)
-                pipe.xpending(self.stream, self.group)
-                length, pending = pipe.execute()
-            return int(length), int(pending["pending"])
-
-        length, pending = self.call("counts", read)
-        return QueueCounts(max(0, length - pending), pending, 0)
+        """Exactly: entries not yet delivered (XLEN less the pending ones: a delete
+        removes its entry) and pending ones (XPENDING); no delayed delivery."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.xlen(self.stream)
+        pipe.xpending(self.stream, self.group)
+        length, pending = self.call("counts", pipe.execute)
+        held = int(pending["pending"])
+        return QueueCounts(max(0, int(length) - held), held, 0)
 
     # ------------------------------------------------------------------ receiving
 
@@ -398,11 +389,6 @@ class RedisStreamsBackend(CloudBackend):
         return [_STATES.get(_text(state), _UNKNOWN) for state in states]
 
     # ------------------------------------------------------------------ errors
-
-    def address(self) -> str:
-        kwargs = self.client.connection_pool.connection_kwargs  # a unix socket: its path
-        where = f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-        return str(kwargs["path"]) if kwargs.get("path") else host_port(where)
 
     def classify(self, exc: BaseException, receipts: Sequence[str] = ()) -> Outcome:
         """An error of redis-py: "fatal" for refused credentials and the errors in

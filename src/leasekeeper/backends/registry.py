@@ -5,9 +5,9 @@ entry-point group ``leasekeeper.backends``. leasekeeper's own backends register
 there as any other package would, in its ``pyproject.toml``::
 
     [project.entry-points."leasekeeper.backends"]
-    sqs = "leasekeeper.backends.schemes:sqs"
-    https = "leasekeeper.backends.schemes:sqs"
-    http = "leasekeeper.backends.schemes:sqs"
+    sqs = "leasekeeper.backends.sqs.scheme:sqs"
+    https = "leasekeeper.backends.sqs.scheme:sqs"
+    http = "leasekeeper.backends.sqs.scheme:sqs"
     mns = "leasekeeper.backends.schemes:mns"
     azure = "leasekeeper.backends.schemes:azure"
     memory = "leasekeeper.backends.schemes:memory"

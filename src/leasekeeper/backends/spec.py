@@ -14,8 +14,9 @@ one exception: the renewer process, a child of the worker, is sent the
 credentials the worker's own client was given in code over its private socket
 (``renewal_spec``: a ``PrivateSpec``, never pickled anywhere else).
 
-``SQSSpec``, ``MNSSpec`` and ``AzureQueueSpec`` are the specs of earlier versions,
-kept with their fields (``leasekeeper.spark``'s ``SQSSource``, ``MNSSource`` and
+``MNSSpec`` and ``AzureQueueSpec`` (and SQS's ``SQSSpec``, in
+``leasekeeper.backends.sqs``) are the specs of earlier versions, kept with their
+fields (``leasekeeper.spark``'s ``SQSSource``, ``MNSSource`` and
 ``AzureQueueSource`` are the same classes); each builds through ``connect`` too.
 """
 
@@ -45,7 +46,6 @@ __all__ = [
     "BackendSpec",
     "MNSSpec",
     "PrivateSpec",
-    "SQSSpec",
     "URLSpec",
     "connect",
     "public_options",
@@ -263,25 +263,6 @@ def spec_of(backend: object) -> Any:
             "(a backend from leasekeeper.connect(url) can)"
         )
     return spec()
-
-
-@dataclass(frozen=True)
-class SQSSpec:
-    """An SQS queue; credentials from the building process's AWS credential chain
-    (environment, shared config/credentials files, instance or task role)."""
-
-    queue_url: str
-    region: str | None = None
-    endpoint_url: str | None = None
-    client_retries: bool = False  # SQSBackend's: leave botocore's retries on its calls
-
-    def build(self) -> Backend:
-        return connect(
-            self.queue_url,
-            region=self.region,
-            endpoint_url=self.endpoint_url,
-            client_retries=self.client_retries,
-        )
 
 
 @dataclass(frozen=True)

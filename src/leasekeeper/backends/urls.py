@@ -43,9 +43,9 @@ Factory = Callable[..., Any]
 #: renewer process rebuilds a backend through its scheme); an installed package's
 #: entry points come first.
 OWN_SCHEMES: Mapping[str, str] = {
-    "sqs": "leasekeeper.backends.schemes:sqs",
-    "https": "leasekeeper.backends.schemes:sqs",
-    "http": "leasekeeper.backends.schemes:sqs",
+    "sqs": "leasekeeper.backends.sqs.scheme:sqs",
+    "https": "leasekeeper.backends.sqs.scheme:sqs",
+    "http": "leasekeeper.backends.sqs.scheme:sqs",
     "mns": "leasekeeper.backends.schemes:mns",
     "azure": "leasekeeper.backends.schemes:azure",
     "memory": "leasekeeper.backends.schemes:memory",

@@ -27,16 +27,16 @@ from typing import Any, NoReturn
 
 from leasekeeper.backends.contract import Backend
 from leasekeeper.backends.memory import MemoryQueue
-from leasekeeper.backends.urls import redact_url
 from leasekeeper.command._options import (
     add_config_flags,
     add_version_flag,
     config_from,
+    glue_weights,
     in_flag_terms,
     number,
     weights,
 )
-from leasekeeper.command._reach import Doorbell, reach
+from leasekeeper.command._reach import Doorbell, one_queue, queue_spelled, reach_queues
 from leasekeeper.command._status import PROG, StatusLine, queues_text
 from leasekeeper.command._usage import (
     UsageError,
@@ -47,7 +47,6 @@ from leasekeeper.command._usage import (
 )
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError, LeaseError, ReceiveError
-from leasekeeper.receiving import REACH_WITHIN
 
 __all__ = [
     "UsageError",
@@ -388,58 +387,6 @@ def _sqs_spec(args: argparse.Namespace) -> Any:
     return SQSSpec(args.sqs, region=session.region_name, endpoint_url=sqs_endpoint(args))
 
 
-QUEUE_FLAGS = ("queue", "sqs", "mns", "azure")
-
-
-def each_queue(args: argparse.Namespace) -> list[argparse.Namespace]:
-    """One namespace a queue the flags name (a repeated ``--queue``, ``--sqs``,
-    ``--mns`` or ``--azure``), each with that one queue: ``--sqs URL``, ``--azure NAME``,
-    ``--mns [ENDPOINT, QUEUE]``, ``--queue [URL]``."""
-    for name in QUEUE_FLAGS:
-        given = getattr(args, name, None)
-        if not given:
-            continue
-        if name == "queue":
-            return [argparse.Namespace(**{**vars(args), name: [one]}) for one in given]
-        if isinstance(given, str) or (name == "mns" and isinstance(given[0], str)):
-            return [args]  # one queue's already
-        return [argparse.Namespace(**{**vars(args), name: one}) for one in given]
-    return [args]
-
-
-def one_queue(args: argparse.Namespace) -> argparse.Namespace:
-    """The namespace of the one queue ``args`` names (a ValueError if several)."""
-    queues = each_queue(args)
-    if len(queues) != 1:
-        raise ValueError(f"{len(queues)} queues, where one was expected")
-    return queues[0]
-
-
-def check_weights(args: argparse.Namespace, queues: int) -> None:
-    """``--weights`` must give one weight a queue, and there must be several queues."""
-    given = getattr(args, "weights", None)
-    if given is None:
-        return
-    text = ",".join(str(weight) for weight in given)
-    if queues < 2:
-        raise UsageError(
-            f"--weights {text} shares the receives among several queues, and there is one: "
-            "repeat the queue flag (--queue URL --queue URL) or leave --weights out"
-        )
-    if len(given) != queues:
-        raise UsageError(
-            f"--weights {text} gives {len(given)} weight(s) for {queues} queues: give one a "
-            f"queue, in their order (e.g. --weights {','.join(['1'] * queues)})"
-        )
-
-
-def build_backends(args: argparse.Namespace) -> list[Backend]:
-    """The backends the queue flags name: one a queue (checked against ``--weights``)."""
-    queues = each_queue(args)
-    check_weights(args, len(queues))
-    return [build_backend(one) for one in queues]
-
-
 def sqs_options(args: argparse.Namespace, url: str) -> dict[str, str]:
     """``--region`` and ``--endpoint-url`` for ``connect(url)``: they are SQS's, and a
     URL of another service refuses them."""
@@ -522,20 +469,6 @@ def check_queue(args: argparse.Namespace, backend: Backend) -> None:
         ) from exc
 
 
-def queue_spelled(args: argparse.Namespace, backend: Backend | None = None) -> str:
-    """The queue of ``args`` (one queue's namespace) as the user gave it."""
-    if getattr(args, "queue", None):
-        url = args.queue[0] if isinstance(args.queue, list) else args.queue
-        # An SQS backend keeps the URL it was given; others' URLs are as spelled,
-        # without a password.
-        return redact_url(str(getattr(backend, "queue_url", None) or url))
-    if args.sqs is not None:
-        return str(args.sqs)
-    if args.mns is not None:
-        return " ".join(args.mns)
-    return str(args.azure)
-
-
 def read_queue(backend: Any) -> None:
     """One read of the queue's attributes, failing as a receive would (ReceiveError)."""
     if hasattr(backend, "queue_visibility_timeout"):  # SQS, MNS
@@ -588,7 +521,7 @@ def _fail(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``leasekeeper worker ...``; returns the exit code."""
-    args = parser().parse_args(glued(sys.argv[1:] if argv is None else argv))
+    args = parser().parse_args(glue_weights(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -614,7 +547,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             handler = load_handler(args.handler)
             check_handler(handler, args.handler)
             config = config_from(args)
-            backends = reach_queues(args, doorbell)
+            backends = reach_queues(args, built_and_checked, doorbell)
             if backends is None:
                 logging.getLogger("leasekeeper.worker").info(
                     "signal %d before the worker started: not starting", early[0]
@@ -631,45 +564,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         doorbell.close()
 
 
-def glued(argv: Sequence[str]) -> list[str]:
-    """``argv`` with ``--weights -1,1`` spelled ``--weights=-1,1``: argparse takes a
-    value that starts with "-" (and is not one negative number) for a flag and says
-    only "expected one argument"; glued, the value gets --weights' own message."""
-    out = list(argv)
-    for index, word in enumerate(out[:-1]):
-        if word == "--weights" and re.fullmatch(r"-[0-9.,\s+-]*", out[index + 1]):
-            out[index : index + 2] = [f"--weights={out[index + 1]}"]
-            break
-    return out
-
-
-def reach_queues(args: argparse.Namespace, doorbell: Doorbell) -> list[Backend] | None:
-    """Every queue's backend, built and asked about once (``check_queue``); a service
-    that cannot be reached is tried again for ``REACH_WITHIN`` seconds (``--until-idle``
-    when shorter), then a UsageError. None: a signal came meanwhile."""
-    queues = each_queue(args)
-    check_weights(args, len(queues))
-    within = min(REACH_WITHIN, args.until_idle or REACH_WITHIN)
-    backends: list[Backend] = []
-    for one in queues:
-
-        def attempt(one: argparse.Namespace = one) -> Backend:
-            backend = build_backend(one)
-            try:
-                check_queue(one, backend)
-            except BaseException:
-                close = getattr(backend, "close", None)
-                if callable(close):
-                    close()
-                raise
-            return backend
-
-        what = f"the queue {queue_spelled(one)}"
-        backend = reach(attempt, what, within=within, doorbell=doorbell)
-        if backend is None:
-            return None
-        backends.append(backend)
-    return backends
+def built_and_checked(args: argparse.Namespace) -> Backend:
+    """The backend of one queue's ``args``, asked about once (``check_queue``)."""
+    backend = build_backend(args)
+    try:
+        check_queue(args, backend)
+    except BaseException:
+        close = getattr(backend, "close", None)
+        if callable(close):
+            close()
+        raise
+    return backend
 
 
 def _make_worker(

@@ -5,7 +5,8 @@ backend where it is used (an executor for ``drain``, the driver-side reader proc
 for ``read_stream``): ``backend.spec()`` (a ``URLSpec``, with the client's
 settings: endpoint, region, retries, timeouts, proxies), ``queue=URL``, or the
 older ``SQSSource``, ``MNSSource`` and ``AzureQueueSource``, which are
-``leasekeeper.backends.spec``'s ``SQSSpec``, ``MNSSpec`` and ``AzureQueueSpec``.
+``SQSSpec`` (``leasekeeper.backends.sqs``), ``MNSSpec`` and ``AzureQueueSpec``
+(``leasekeeper.backends.spec``).
 None needs an SDK until it builds, so ``leasekeeper.spark`` needs only the SDK
 of the service it reads.
 
@@ -18,12 +19,12 @@ into the string options of the ``"leasekeeper"`` streaming format and back.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from leasekeeper.backends import spec as specs
 from leasekeeper.backends.contract import Backend
 from leasekeeper.backends.spec import BackendSpec, URLSpec
 from leasekeeper.backends.urls import factory_for, parse_url
@@ -37,7 +38,7 @@ Source = BackendSpec
 # tests/spark/test_sources.py checks them against the classes.
 SOURCE_KINDS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "sqs": (
-        "leasekeeper.backends.spec",
+        "leasekeeper.backends.sqs",
         "SQSSpec",
         "SQSSource",
         ("queue_url", "region", "endpoint_url", "client_retries"),
@@ -50,7 +51,7 @@ SOURCE_KINDS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
         ("queue_name", "connection_string", "account_url", "account_name"),
     ),
 }
-_SPARK_NAMES = {entry[2]: entry[1] for entry in SOURCE_KINDS.values()}
+_SPARK_NAMES = {entry[2]: kind for kind, entry in SOURCE_KINDS.items()}
 #: The options of a queue by URL (``backend`` "url"; ``.option("queue", url)`` alone
 #: will do): its URL, and its URLSpec's options as JSON.
 URL_KEYS = ("queue", "queue_options")
@@ -59,15 +60,16 @@ _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 def __getattr__(name: str) -> Any:
     # SQSSource, MNSSource, AzureQueueSource: the spec classes, imported on first use.
-    spec_name = _SPARK_NAMES.get(name)
-    if spec_name is None:
+    kind = _SPARK_NAMES.get(name)
+    if kind is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(specs, spec_name)
+    return source_class(kind)
 
 
 def source_class(kind: str) -> type[Any]:
     """The source class of ``kind`` (sqs, mns, azure), its backend module imported."""
-    return getattr(specs, SOURCE_KINDS[kind][1])  # type: ignore[no-any-return]
+    module, name = SOURCE_KINDS[kind][:2]
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
 
 def build_backend(source: Source) -> Backend:

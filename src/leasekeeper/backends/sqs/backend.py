@@ -1,4 +1,4 @@
-"""SQSBackend: leasekeeper on Amazon SQS, through a boto3 client::
+"""``SQSBackend``: leasekeeper on Amazon SQS, through a boto3 client::
 
     backend = SQSBackend(boto3.client("sqs"), queue_url)
     with LeaseManager(backend, visibility_timeout=60) as manager:
@@ -16,36 +16,28 @@ import importlib.util
 import json
 import logging
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-
-from leasekeeper.errors import install_hint
 
 # The SDK found, not imported: the renewer process's lean path renews without botocore.
 if any(importlib.util.find_spec(sdk) is None for sdk in ("botocore", "boto3")):
     raise ImportError(  # pragma: no cover - exercised in a subprocess by the tests
-        "leasekeeper.backends.sqs needs boto3, which is not installed: " + install_hint("sqs")
+        "leasekeeper.backends.sqs needs boto3, which is not installed: "
+        "pip install 'boto3>=1.34' (what leasekeeper's sqs extra brings)"
     )
 
-from leasekeeper.backends._credentials import aws_configuration
 from leasekeeper.backends.cloud import CloudBackend, ReadOnce
-from leasekeeper.backends.contract import OK, Handle, Message, Outcome, OutcomeKind, QueueCounts
-from leasekeeper.backends.rebuild import sqs_credentials_problem, sqs_secrets, sqs_settings
+from leasekeeper.backends.contract import OK, Handle, Message, Outcome, QueueCounts
 from leasekeeper.backends.shared import (
-    REDACTED,
-    ErrorTable,
     check_lease_age,
     check_seconds,
     chunked,
-    clean_code,
-    host_port,
-    redact,
     said,
     whole_seconds,
 )
-from leasekeeper.backends.spec import SQSSpec, URLSpec
-from leasekeeper.backends.sqs_http import (
+from leasekeeper.backends.spec import URLSpec
+from leasekeeper.backends.sqs.errors import classify_error, classify_with_text, scrub
+from leasekeeper.backends.sqs.lean import (
     CLIENT_METHODS,
     OWN_CALL,
     DeferredClient,
@@ -56,6 +48,7 @@ from leasekeeper.backends.sqs_http import (
     one_attempt_on,
     renewal_options,
 )
+from leasekeeper.backends.sqs.rebuild import sqs_credentials_problem, sqs_secrets, sqs_settings
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.errors import ReceiveError
 
@@ -65,7 +58,7 @@ if TYPE_CHECKING:
 else:
     boto = LazyModule("botocore.exceptions")
 
-__all__ = ["SQSBackend", "SQSSpec", "classify_error", "classify_exception", "unreachable"]
+__all__ = ["MAX_BATCH", "MAX_VISIBILITY", "MAX_WAIT_SECONDS", "SQSBackend"]
 
 log = logging.getLogger("leasekeeper.backends.sqs")
 
@@ -75,156 +68,7 @@ MAX_WAIT_SECONDS = 20
 MAX_DELAY = 900  # SendMessage's DelaySeconds
 MAX_ATTRIBUTES = 10  # MessageAttributes a message carries
 
-_LEGACY_PREFIX = "AWS.SimpleQueueService."
-
-# Codes after dropping the legacy "AWS.SimpleQueueService." prefix. "bug": whole-call
-# errors that mean leasekeeper sent a malformed request.
-ERRORS = ErrorTable(
-    lost="ReceiptHandleIsInvalid MessageNotInflight",
-    retry="""
-    RequestThrottled ThrottlingException Throttling ThrottledException
-    TooManyRequestsException RequestLimitExceeded ServiceUnavailable
-    ServiceUnavailableException InternalError InternalFailure InternalServerError
-    RequestTimeout RequestTimeoutException KmsThrottled KMS.ThrottlingException
-    """,
-    fatal="""
-    NonExistentQueue QueueDoesNotExist AccessDenied AccessDeniedException
-    InvalidClientTokenId SignatureDoesNotMatch InvalidSignatureException
-    UnrecognizedClientException IncompleteSignature MissingAuthenticationToken
-    InvalidAccessKeyId ExpiredToken ExpiredTokenException RequestExpired InvalidSecurity
-    OptInRequired NotAuthorized UnsupportedOperation InvalidAddress KmsAccessDenied
-    KmsDisabled KmsInvalidKeyUsage KmsInvalidState KmsNotFound KmsOptInRequired
-    """,
-    bug="""
-    TooManyEntriesInBatchRequest EmptyBatchRequest BatchEntryIdsNotDistinct
-    InvalidBatchEntryId BatchRequestTooLong MissingParameter InvalidParameterCombination
-    InvalidAction ValidationError ValidationException MalformedQueryString
-    InvalidQueryParameter SerializationException
-    """,
-)
-_INVALID_PARAMETER = frozenset({"InvalidParameterValue", "InvalidParameterValueException"})
-
-# InvalidParameterValue is told apart by its message text: (lower-cased phrase, kind, note).
-_INVALID_PARAMETER_CASES: tuple[tuple[str, OutcomeKind, str], ...] = (
-    ("beyond the limit", "capped", "total visibility beyond the limit [43200 seconds]"),
-    # extend of a handle whose message is no longer in flight (deleted, re-received)
-    ("does not exist or is not available", "lost", "message not in flight"),
-    # FIFO: delete/extend with an expired handle
-    ("receipt handle has expired", "lost", "receipt handle expired"),
-    # any other reason the handle itself is refused
-    ("parameter receipthandle is invalid", "lost", "receipt handle refused"),
-)
-
 _MISSING = Outcome("retry", detail="entry missing from the batch response")
-# A receipt handle is a long base64-like token; scrub anything that looks like one.
-_REDACTIONS = ((re.compile(r"[A-Za-z0-9+/=_-]{32,}"), REDACTED),)
-
-
-def _short(code: str) -> str:
-    return code[len(_LEGACY_PREFIX) :] if code.startswith(_LEGACY_PREFIX) else code
-
-
-def scrub(text: str, receipts: Iterable[str] = ()) -> str:
-    """``text`` with the given receipts and anything handle-like replaced."""
-    return redact(text, receipts, _REDACTIONS)
-
-
-def classify_error(
-    code: str,
-    query_code: str = "",
-    message: str = "",
-    *,
-    status: int | None = None,
-    sender_fault: bool | None = None,
-) -> tuple[OutcomeKind, str]:
-    """Map an SQS error to an outcome kind and a detail that quotes no receipt.
-
-    ``code``/``query_code`` are ``Error.Code``/``Error.QueryErrorCode`` of a
-    ClientError (or a ``Failed`` entry's ``Code``), ``message`` the error message
-    (read only to tell the InvalidParameterValue cases apart, never returned),
-    ``status`` the HTTP status and ``sender_fault`` a ``Failed`` entry's flag.
-
-    Unrecognised codes are "retry" (rule 5: a lease is declared lost only on a
-    definitive answer; the manager stops retrying when the lease's deadline
-    passes), so a new transient error cannot end healthy leases.
-    """
-    codes = [c for c in (clean_code(code), clean_code(query_code)) if c]
-    shorts = {_short(c) for c in codes}
-    detail = " / ".join(dict.fromkeys(codes)) or "unknown error"
-    kind: OutcomeKind = "retry"
-    note = ""
-    known = ERRORS.kind(*shorts)
-    if shorts & _INVALID_PARAMETER:
-        text = message.lower() if isinstance(message, str) else ""
-        kind, note = "fatal", "request rejected (a leasekeeper bug? please report)"
-        for phrase, case_kind, case_note in _INVALID_PARAMETER_CASES:
-            if phrase in text:
-                kind, note = case_kind, case_note
-                break
-    elif known is not None:
-        kind = known
-        if known == "fatal" and not shorts & ERRORS.fatal - ERRORS.bug:
-            note = "malformed request (a leasekeeper bug, please report)"
-    elif status is not None and status >= 500:
-        note = f"HTTP {status}"
-    elif sender_fault is False:
-        note = "server fault"
-    else:
-        note = "unrecognised"
-    return kind, f"{detail}: {note}" if note else detail
-
-
-# botocore's exceptions (named: their module is imported when one is raised)
-_NOT_CONFIGURED = (
-    "NoCredentialsError",
-    "PartialCredentialsError",
-    "UnknownCredentialError",
-    "ProfileNotFound",
-    "InvalidConfigError",
-    "BaseEndpointResolverError",
-)
-
-
-def _classify_exception(exc: BaseException) -> tuple[OutcomeKind, str, str]:
-    """(kind, detail, message text) for an exception a boto3 call raised."""
-    if isinstance(exc, boto.ClientError):
-        error: Mapping[str, Any] = exc.response.get("Error", {}) or {}
-        meta: Mapping[str, Any] = exc.response.get("ResponseMetadata", {}) or {}
-        status = meta.get("HTTPStatusCode")
-        message = str(error.get("Message", "") or "")
-        kind, detail = classify_error(
-            str(error.get("Code", "") or ""),
-            str(error.get("QueryErrorCode", "") or ""),
-            message,
-            status=status if isinstance(status, int) else None,
-        )
-        return kind, detail, message
-    name = type(exc).__name__  # botocore's text may quote a request's receipts: never kept
-    if isinstance(exc, (boto.ConnectionError, boto.HTTPClientError)):
-        return "retry", name, ""
-    if isinstance(
-        exc, tuple(getattr(boto, error) for error in _NOT_CONFIGURED)
-    ):  # which variable is missing, and where it goes
-        return "fatal", f"{name}: {aws_configuration(exc)}", ""
-    if isinstance(exc, boto.ParamValidationError):
-        return "fatal", f"{name}: malformed request (a leasekeeper bug, please report)", ""
-    return "retry", name, ""
-
-
-def unreachable(exc: BaseException) -> bool:
-    """botocore's connection errors (refused, reset, DNS, connect and read timeouts,
-    a proxy that cannot connect; the lean path raises them too) and socket errors:
-    no answer came from the endpoint."""
-    return isinstance(exc, (boto.ConnectionError, boto.HTTPClientError, OSError))
-
-
-def classify_exception(exc: BaseException) -> tuple[OutcomeKind, str]:
-    """``classify_error`` for an exception a boto3 SQS call raised (a ClientError or
-    a botocore connection/configuration error): its outcome kind, and a detail that
-    names the error code and never quotes the request or the service's message.
-    Useful around your own ``receive`` loop: "fatal" means stop, "retry" back off."""
-    kind, detail, _ = _classify_exception(exc)
-    return kind, detail
 
 
 def _int_attribute(attributes: object, name: str) -> int | None:
@@ -241,6 +85,24 @@ def _group(attributes: object) -> str | None:
         return None
     value = attributes.get("MessageGroupId")
     return value if isinstance(value, str) and value else None
+
+
+def _check_received(data: Mapping[str, Any]) -> None:
+    """ValueError where a message dict lacks what a received message has."""
+    missing = [key for key in ("MessageId", "ReceiptHandle", "Body") if key not in data]
+    if missing:
+        raise ValueError(
+            f"an SQS message needs {', '.join(missing)}; got one with keys "
+            f"{sorted(str(key) for key in data)}"
+        )
+
+
+# The attributes queue_counts reads, in QueueCounts' order.
+_COUNTS = (
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+)
 
 
 def _message_attributes(data: Mapping[str, Any]) -> dict[str, str]:
@@ -284,7 +146,7 @@ class SQSBackend(CloudBackend):
     attempt. ``client_retries=True`` leaves them to botocore's policy too.
 
     ``fast_path`` (True): the hot calls (receive, extend, release, delete) take the
-    lean path (``lean``, see ``leasekeeper.backends.sqs_http``) wherever the client's
+    lean path (``lean``, see ``leasekeeper.backends.sqs.lean``) wherever the client's
     configuration allows and it has no event hook of yours; False: the client for all.
     """
 
@@ -400,32 +262,18 @@ class SQSBackend(CloudBackend):
             self._attributes.forget()
         return self._attributes.get()
 
-    def _read_attributes(self) -> Mapping[str, str]:
-        response = self.call(
-            "GetQueueAttributes",
-            lambda: self._client.get_queue_attributes(
-                QueueUrl=self.queue_url, AttributeNames=["All"]
-            ),
-        )
+    def _read_attributes(
+        self, names: Sequence[Any] = ("All",), operation: str = "GetQueueAttributes"
+    ) -> Mapping[str, str]:
+        params: Any = {"QueueUrl": self.queue_url, "AttributeNames": list(names)}
+        response = self.call(operation, lambda: self._client.get_queue_attributes(**params))
         return {str(k): str(v) for k, v in (response.get("Attributes") or {}).items()}
 
     def queue_counts(self) -> QueueCounts:
         """ApproximateNumberOfMessages (visible), ...NotVisible (in flight) and
         ...Delayed, read now (GetQueueAttributes; SQS's counts lag up to a minute)."""
-        names: list[Any] = [
-            "ApproximateNumberOfMessages",
-            "ApproximateNumberOfMessagesNotVisible",
-            "ApproximateNumberOfMessagesDelayed",
-        ]
-        response = self.call(
-            "counts",
-            lambda: self._client.get_queue_attributes(
-                QueueUrl=self.queue_url, AttributeNames=names
-            ),
-        )
-        found = response.get("Attributes") or {}
-        visible, in_flight, delayed = (_int_attribute(found, name) for name in names)
-        return QueueCounts(visible, in_flight, delayed)
+        found = self._read_attributes(_COUNTS, "counts")
+        return QueueCounts(*(_int_attribute(found, name) for name in _COUNTS))
 
     def queue_visibility_timeout(self) -> float:
         """The queue's VisibilityTimeout attribute (from ``queue_attributes()``)."""
@@ -489,12 +337,7 @@ class SQSBackend(CloudBackend):
         visibility: float,
         deadline_hint: float | None = None,
     ) -> Message:
-        missing = [key for key in ("MessageId", "ReceiptHandle", "Body") if key not in data]
-        if missing:
-            raise ValueError(
-                f"an SQS message needs {', '.join(missing)}; got one with keys "
-                f"{sorted(str(key) for key in data)}"
-            )
+        _check_received(data)
         body = data["Body"]
         return self.new_message(
             id=str(data["MessageId"]),
@@ -669,18 +512,12 @@ class SQSBackend(CloudBackend):
 
     def classify(self, exc: BaseException, receipts: Sequence[str] = ()) -> Outcome:
         """``classify_exception``, with ``receipts`` scrubbed out of the detail."""
-        kind, detail, _ = _classify_exception(exc)
+        kind, detail, _ = classify_with_text(exc)
         return Outcome(kind, detail=scrub(detail, receipts))
 
     def failure_note(self, exc: BaseException, receipts: Sequence[str]) -> str:
-        _, _, text = _classify_exception(exc)
+        _, _, text = classify_with_text(exc)
         return said(scrub(text, receipts))
-
-    def address(self) -> str:  # the client's endpoint: the queue URL is a parameter
-        return host_port(str(getattr(self._client.meta, "endpoint_url", "") or self.queue_url))
-
-    def unreachable(self, exc: BaseException) -> bool:
-        return unreachable(exc)
 
 
 def _native(raw: Any, queue_url: str) -> tuple[Mapping[str, Any], Any]:

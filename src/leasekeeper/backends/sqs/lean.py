@@ -53,9 +53,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote, urlsplit
 
-from leasekeeper.backends.keepalive import ExchangeError, KeepAlivePool
-from leasekeeper.backends.rebuild import sqs_verify
-from leasekeeper.backends.sigv4 import RequestSigner
+from leasekeeper.backends.sqs.keepalive import ExchangeError, KeepAlivePool
+from leasekeeper.backends.sqs.rebuild import sqs_verify
+from leasekeeper.backends.sqs.sigv4 import RequestSigner
 
 
 class LazyModule:
@@ -621,7 +621,7 @@ class StaticCredentials(NamedTuple):
 class DeferredClient:
     """A boto3 SQS client made on its first use, and the lean path that makes the hot
     calls meanwhile (and after) with fixed keys: what the renewer process of a
-    worker whose client allows it builds (``schemes.sqs``'s ``defer_client``), so
+    worker whose client allows it builds (``scheme.sqs``'s ``defer_client``), so
     that renewing never imports botocore unless a call needs the client. Every
     attribute but ``lean`` and ``made`` is the client's."""
 
