@@ -1,6 +1,7 @@
-"""The leasekeeper command: demo, config and worker.
+"""The leasekeeper command: worker, send, stats, demo and config.
 
-leasekeeper.command.worker is the worker; this module dispatches to it.
+leasekeeper.command.worker, .send and .stats are those commands; this module
+dispatches to them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ DESCRIPTION = """\
 Keep queue messages invisible while workers process them.
 
   leasekeeper worker MODULE:HANDLER --sqs URL  run a handler on a queue
+  leasekeeper send URL BODY... | -             put messages on a queue
+  leasekeeper stats URL                        count a queue's messages
   leasekeeper demo                             the trade it ends, in memory
   leasekeeper config --visibility-timeout 60   check a lease configuration
 
@@ -55,6 +58,16 @@ def _parser() -> argparse.ArgumentParser:
         help="run MODULE:HANDLER on a queue's messages under leases (leasekeeper worker --help)",
         add_help=False,
     )
+    sub.add_parser(
+        "send",
+        help="send messages to a queue, by URL (leasekeeper send --help)",
+        add_help=False,
+    )
+    sub.add_parser(
+        "stats",
+        help="count a queue's messages, and its dead-letter queue's (leasekeeper stats --help)",
+        add_help=False,
+    )
     check = sub.add_parser(
         "config",
         help="check a lease configuration and show the values it derives",
@@ -71,6 +84,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from leasekeeper.command.worker import main as worker_main
 
         return worker_main(argv[1:])
+    if argv[:1] == ["send"]:
+        from leasekeeper.command.send import main as send_main
+
+        return send_main(argv[1:])
+    if argv[:1] == ["stats"]:
+        from leasekeeper.command.stats import main as stats_main
+
+        return stats_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "demo":
         from leasekeeper.command.demo import run_demo
