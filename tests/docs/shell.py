@@ -18,8 +18,8 @@ Options, after a comma each:
   taken by one test at a time on the machine (a lock file); taken by another
   program, the block fails and says so.
 - ``repository URL``: the page spells the repository's URL as ``URL`` (leasekeeper
-  has no public home yet): the block runs with this checkout's (a ``file://``
-  URL) in its place - the committed tree, as a clone would get it.
+  has no public home yet): the block runs with a ``file://`` URL of a bare clone of
+  this checkout in its place - the committed tree, as a clone would get it.
 - ``timeout S``: how long the block may take (default 600 s: an install).
 
 ``<!-- shell: not run "why" -->`` marks a block that cannot run here (Docker); a
@@ -136,6 +136,7 @@ class ShellSession:
         self.env.pop("VIRTUAL_ENV", None)
         self._servers: list[tuple[subprocess.Popen[bytes], IO[bytes], str]] = []
         self._locks: list[IO[str]] = []
+        self._upstream: tempfile.TemporaryDirectory[str] | None = None
 
     # ------------------------------------------------------------------ running
 
@@ -143,12 +144,26 @@ class ShellSession:
         body = block.body
         url = block.options.get("repository")
         if url:
-            body = body.replace(url, f"file://localhost{REPO}")
+            body = body.replace(url, self._repository())
         if "serves" in block.options:
             first, _, body = body.partition("\n")
             self._serve(first, int(block.options["serves"]), f"{page}:{block.line}")
         if body.strip():
             self._run(body, float(block.options.get("timeout", 600)), f"{page}:{block.line}")
+
+    def _repository(self) -> str:
+        """A ``file://`` URL of this checkout's committed tree, as
+        ``.../leasekeeper.git`` (a clone of it is ``leasekeeper``, as the page's is)."""
+        if self._upstream is None:
+            self._upstream = tempfile.TemporaryDirectory(prefix="docs-upstream-")
+            bare = Path(self._upstream.name) / "leasekeeper.git"
+            subprocess.run(
+                ["git", "clone", "--quiet", "--bare", str(REPO), str(bare)],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
+        return f"file://localhost{Path(self._upstream.name) / 'leasekeeper.git'}"
 
     def _run(self, body: str, timeout: float, where: str) -> None:
         state = self.cwd / ".docs-shell-state"
@@ -247,6 +262,8 @@ class ShellSession:
             lock.close()  # releases the flock
         self._locks = []
         self._dir.cleanup()
+        if self._upstream is not None:
+            self._upstream.cleanup()
 
 
 def _quoted(text: str) -> str:
