@@ -192,3 +192,11 @@ def test_an_unreachable_queue_is_named_with_its_endpoint(moto_endpoint: str) -> 
     last = result.stderr.splitlines()[-1]
     assert last.startswith("leasekeeper stats: error: cannot reach the queue ")
     assert f"could not reach 127.0.0.1:{port} (" in last and "(tried for 2s)" in last
+
+
+@pytest.mark.parametrize("command", ["send", "stats"])
+def test_help_fits_a_terminal(command: str, moto_endpoint: str) -> None:
+    env = {**env_for(moto_endpoint), "COLUMNS": "80"}
+    result = leasekeeper(command, "--help", env=env)
+    assert result.returncode == 0 and "URL" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) < 80

@@ -192,6 +192,8 @@ def test_eight_jobs_of_3s_at_2s_run_once_each_and_sigterm_exits_0(
     status = [line for line in err.splitlines() if line.startswith("leasekeeper worker: in flight")]
     assert status and "done 8, failed 0, lost 0" in status[-1]
     assert "Traceback" not in err
+    # The signal was said at once, at WARNING (what it waits for: nothing, here).
+    assert "WARNING leasekeeper.worker: SIGTERM: stopping" in err
 
 
 @pytest.mark.realtime
@@ -352,6 +354,20 @@ def test_a_usage_error_is_one_line_and_exit_2(case: str, moto_endpoint: str, wor
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("leasekeeper worker: error: ") and expected in lines[0]
+
+
+def test_a_setting_beyond_the_queues_limit_is_named_by_its_flag(
+    moto_endpoint: str, workdir: Path
+) -> None:
+    args = ["jobs:handle", "--queue", "memory://jobs", "--visibility-timeout", "50000"]
+    result = run_command(moto_endpoint, workdir, *args)
+    assert result.returncode == 2
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith(
+        "leasekeeper worker: error: --visibility-timeout (50000) exceeds the backend's "
+        "max_visibility (43200)"
+    )
+    assert "visibility_timeout (" not in last  # the flag as typed, not the Python name
 
 
 def test_a_missing_sdk_is_one_line_and_exit_2(

@@ -50,7 +50,7 @@ examples:
 def parser() -> argparse.ArgumentParser:
     p = Parser(
         prog=PROG,
-        description="Send messages to a queue: each BODY is one message, and - reads one "
+        description="Send messages to a queue: each BODY is one message, and - reads one\n"
         "message a line from stdin. The new messages' ids are printed, one a line.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -45,10 +45,10 @@ COLUMNS = ("visible", "in flight", "delayed", "total")
 def parser() -> argparse.ArgumentParser:
     p = Parser(
         prog=PROG,
-        description="How many messages a queue holds (visible, in flight, delayed, total, "
+        description="How many messages a queue holds (visible, in flight, delayed, total,\n"
         "as the service counts them), and its dead-letter queue's, where it has one.",
-        epilog="example:\n  leasekeeper stats sqs://jobs\n"
-        "  leasekeeper stats 'redis://localhost:6379/0?stream=jobs' --dead-letter jobs-dead",
+        epilog="examples:\n  leasekeeper stats sqs://jobs\n"
+        "  leasekeeper stats 'redis://localhost:6379/0?stream=jobs' --dead-letter dead",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_version_flag(p)

@@ -80,8 +80,9 @@ service calls run off the loop.
 The worker runs until SIGTERM or SIGINT (Ctrl-C): it stops receiving, lets the
 running handlers finish (their leases still renewed) for up to
 --shutdown-timeout seconds, sends the deletes it owes, releases whatever is
-left so other workers get it at once, and exits 0. A second signal skips the
-wait. Every --status-every seconds it writes one status line to stderr."""
+left so other workers get it at once, and exits 0; it says at once how many
+handlers it waits for and for how long. A second signal skips the wait. Every
+--status-every seconds it writes one status line to stderr."""
 
 EPILOG = """\
 environment:
@@ -111,7 +112,8 @@ exit status:
   2  a usage error, found before anything is received: a bad flag or value, a
      handler that cannot be imported or cannot take one message, a missing SDK,
      missing credentials, a queue that does not exist or refuses the
-     credentials
+     credentials; or a queue that cannot be reached (tried for 20 s, or
+     --until-idle S), named by its endpoint's host:port
 
 example:
   # jobs.py:  def handle(message): process(message.body)
@@ -234,8 +236,8 @@ def worker_flags(p: argparse.ArgumentParser) -> None:
         "--until-idle",
         type=number(float, 0, inclusive=False),
         metavar="S",
-        help="exit 0 once nothing was received and nothing ran for S seconds "
-        "(default: run until a signal)",
+        help="exit 0 once nothing was received and nothing ran for S seconds, whether the "
+        "queue answers or not (exit 2 if it never did) (default: run until a signal)",
     )
     run.add_argument(
         "--renewer",
