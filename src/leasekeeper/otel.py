@@ -99,7 +99,7 @@ QUANTILE = "leasekeeper.quantile"
 #: value for MNS or Azure Storage Queue, so these follow their newest member
 #: (``aws.sns``): the ``cloud.provider`` value, a dot, the service.
 SYSTEMS: Mapping[str, str] = {
-    "leasekeeper.backends.sqs": "aws_sqs",
+    "leasekeeper.backends.sqs.backend": "aws_sqs",
     "leasekeeper.backends.mns": "alibaba_cloud.mns",
     "leasekeeper.backends.azure": "azure.storage_queue",
     "leasekeeper.backends.memory": "leasekeeper.memory",
