@@ -153,3 +153,31 @@ def test_help_shows_several_queues_and_weights() -> None:
     assert result.returncode == 0
     assert "--queue URL [--queue URL ... [--weights W,W,...]]" in result.stdout
     assert "--weights W,W,..." in result.stdout and "Repeat it" in result.stdout
+
+
+def test_each_repeated_queue_flag_names_one_queue_each() -> None:
+    """What ``--mns E Q --mns E Q2``, ``--azure A --azure B`` and one ``--sqs`` give
+    the backends' builder: one queue's flags each."""
+    from leasekeeper.command._reach import each_queue, one_queue
+    from leasekeeper.command.worker import parser
+
+    def queues(*args: str) -> list[tuple[object, ...]]:
+        parsed = parser().parse_args(["jobs:handle", *args])
+        return [(one.sqs, one.mns, one.azure, one.queue) for one in each_queue(parsed)]
+
+    endpoint = "http://127.0.0.1:9"
+    assert queues("--mns", endpoint, "a", "--mns", endpoint, "b") == [
+        (None, [endpoint, "a"], None, None),
+        (None, [endpoint, "b"], None, None),
+    ]
+    assert queues("--azure", "a", "--azure", "b") == [
+        (None, None, "a", None),
+        (None, None, "b", None),
+    ]
+    assert queues("--sqs", "http://q/1/a") == [("http://q/1/a", None, None, None)]
+    assert queues("--queue", "sqs://a", "--queue", "sqs://b") == [
+        (None, None, None, ["sqs://a"]),
+        (None, None, None, ["sqs://b"]),
+    ]
+    one = parser().parse_args(["jobs:handle", "--mns", endpoint, "a"])
+    assert one_queue(one_queue(one)).mns == [endpoint, "a"]  # one queue's stays one
