@@ -25,6 +25,7 @@ from benchmarks import (
     bench_capacity,
     bench_cluster,
     bench_failover,
+    bench_fifo,
     bench_idle_cpu,
     bench_lag,
     bench_memory,
@@ -62,6 +63,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], BenchResult]]] = {
         bench_adaptive,
         bench_stream,
         bench_cluster,
+        bench_fifo,
     )
 }
 DOCS = REPO_ROOT / "docs" / "performance.md"

@@ -67,6 +67,8 @@ class LeaseConfig:
     release_delay
         How long a message stays invisible after its handler failed, the first time
         (jittered by +-20 %, so messages that failed together do not come back together).
+        On a FIFO queue the failed message's whole group waits it: nothing more of
+        the group is handed out until it is visible again.
     release_backoff
         Factor applied to ``release_delay`` per earlier receive of the message
         (``release_delay * release_backoff ** (receive_count - 1)``), so a message

@@ -272,17 +272,22 @@ class Failures:
         attributes[RECEIVES] = str(lease.receive_count)
         if error is not None:
             attributes[ERROR] = type(error).__name__
+        # A FIFO dead-letter queue (SQS wants one for a FIFO queue) takes each message
+        # in a group: the failed message's own, so the copies keep their groups' order.
+        options: dict[str, Any] = {}
+        if getattr(target, "fifo", False) and message.group is not None:
+            options["group_id"] = message.group
         try:
             if getattr(target, "carries_attributes", True):
                 try:
-                    target.send(message.body, attributes)  # type: ignore[attr-defined]
+                    target.send(message.body, attributes, **options)  # type: ignore[attr-defined]
                 except ValueError:
                     # Too many attributes for the service (SQS takes ten): the
                     # message's own are what matters.
                     own = dict(getattr(message, "attributes", None) or {})
-                    target.send(message.body, own or None)  # type: ignore[attr-defined]
+                    target.send(message.body, own or None, **options)  # type: ignore[attr-defined]
             else:
-                target.send(message.body)  # type: ignore[attr-defined]
+                target.send(message.body, **options)  # type: ignore[attr-defined]
         except Exception as exc:
             log.error(
                 "could not send message %r to the dead-letter queue %r (%s); released instead",

@@ -336,25 +336,33 @@ class LeaseManager:
         would do (None, or the exception it would have raised)."""
         return self._renewer.release_many(leases, delay)
 
-    def complete_soon(self, lease: Lease) -> Future[None]:
+    def complete_soon(self, lease: Lease, *, at_once: bool = False) -> Future[None]:
         """Complete ``lease`` in a batch call shared with the completes that arrive
         within ``coalesce_window``; returns at once. The future's result is None,
-        or the exception ``lease.complete()`` would have raised. See
-        docs/guide.md, "Coalesced completes"."""
-        return self._coalescer().complete(lease)
+        or the exception ``lease.complete()`` would have raised. ``at_once``: sent now,
+        not at the window's end (a FIFO group's next message waits on the answer).
+        See docs/guide.md, "Coalesced completes"."""
+        return self._coalescer().complete(lease, at_once=at_once)
 
     def complete_soon_then(
-        self, lease: Lease, then: Callable[[BaseException | None], object]
+        self, lease: Lease, then: Callable[[BaseException | None], object], *, at_once: bool = False
     ) -> None:
         """``complete_soon`` for a caller that only needs the answer: ``then(error)`` is
         called with it (None, or what ``lease.complete()`` would have raised) on the
         coalescer's thread, and must not raise or block. No Future is made: what
         ``Worker`` uses for each message."""
-        self._coalescer().complete_then(lease, then)
+        self._coalescer().complete_then(lease, then, at_once=at_once)
 
     def release_soon(self, lease: Lease, delay: float | None = None) -> Future[None]:
         """``release(delay)`` the way ``complete_soon`` completes."""
         return self._coalescer().release(lease, delay)
+
+    def release_many_soon(
+        self, leases: Sequence[Lease], delay: float | None = None
+    ) -> list[Future[None]]:
+        """``release_many`` the way ``release_soon`` releases: one batch call (per
+        ``max_batch``), one ``delay``; a future a lease (a FIFO group's, together)."""
+        return self._coalescer().release_all(leases, delay)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send the completes and releases waiting to be coalesced, and wait for

@@ -45,8 +45,10 @@ manager's metrics and, per queue the worker reads (``queue``: the queue's name, 
 |---|---|---|
 | leasekeeper_worker_messages_total{queue,outcome} | counter | ``stats.per_queue`` (*) |
 | leasekeeper_queue_leases_in_flight{queue} | gauge | the leases, by their queue |
+| leasekeeper_queue_groups_waiting{queue} | gauge | ``stats.per_queue``: ``groups_waiting`` |
 
-(*) ``outcome``: received, completed, failed, lost, refused, rolled_over, dead_lettered.
+(*) ``outcome``: received, completed, failed, lost, refused, rolled_over, dead_lettered,
+held_back. Nothing is labelled by message group: group ids are unbounded.
 
 ``serve_metrics(manager_or_worker, port)`` serves them over HTTP on a registry of their own.
 """
@@ -130,7 +132,8 @@ _TIMINGS = (
 )
 
 
-_OUTCOMES = tuple(field.name for field in dataclasses.fields(QueueStats))
+# Every count of QueueStats; groups_waiting is a gauge of its own.
+_OUTCOMES = tuple(f.name for f in dataclasses.fields(QueueStats) if f.name != "groups_waiting")
 
 
 class LeaseCollector(Collector):
@@ -179,6 +182,12 @@ class LeaseCollector(Collector):
             "Leases held now, by the queue of their message.",
             labels=["queue"],
         )
+        waiting = GaugeMetricFamily(
+            f"{ns}_queue_groups_waiting",
+            "Message groups of a FIFO queue waiting on an earlier message of theirs now, "
+            "by queue (never by group).",
+            labels=["queue"],
+        )
         worker = self.worker
         if scraped and worker is not None:
             held: dict[int, int] = {}
@@ -189,8 +198,10 @@ class LeaseCollector(Collector):
                 for outcome in _OUTCOMES:
                     messages.add_metric([source.name, outcome], getattr(source.stats, outcome))
                 in_flight.add_metric([source.name], held.get(id(source.backend), 0))
+                waiting.add_metric([source.name], source.stats.groups_waiting)
         yield messages
         yield in_flight
+        yield waiting
 
     def _families(self, stats: Stats | None, *, running: bool) -> Iterator[Metric]:
         ns = self.namespace

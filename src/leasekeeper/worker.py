@@ -11,6 +11,11 @@ reason. A handler's message is deleted (or released) through the manager's
 coalescer (``complete_soon_then``): its thread is free as soon as the delete is
 queued, and deletes that arrive together share one batch call.
 
+On a FIFO queue (``backend.fifo``) a message whose group has one started waits,
+leased, behind it; the next starts once its predecessor's delete is answered, and
+one that does not end well sends the rest of its group back with it
+(``leasekeeper.receiving._ordering``; docs/guide.md, "Ordered (FIFO) queues").
+
 Shutdown (``stop()``, or SIGTERM/SIGINT while ``run()`` is in the main thread):
 stop receiving, let running handlers finish while their leases are still renewed,
 for up to ``shutdown_timeout`` seconds, then release whatever is left so other
@@ -36,7 +41,7 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from types import FrameType
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from leasekeeper.backends.contract import Backend, Message
 from leasekeeper.clock import Clock, wait_until
@@ -158,13 +163,12 @@ class Worker:
         # Guards _running, _unsettled, _active, _waiting, stats and the stop flags; the
         # receive loop waits on it for a free handler slot.
         self._slots = threading.Condition()
-        self._running = 0  # messages in hand: handled now, or waiting for a thread
+        self._running = 0  # messages handled now or waiting for a thread (not behind a group)
         self._unsettled = 0  # deletes/releases queued and not yet answered
         self._active: set[Lease] = set()  # leases of the messages in hand
-        # The receive loop is waiting (for any change: None; for room: the most
-        # messages in hand that let it go on). Nobody notifies a loop that is not
+        # The Wait the receive loop is in, if any: nobody notifies a loop that is not
         # waiting, or that a change cannot let go on.
-        self._waiting: _Waiting | None = None
+        self._waiting: Wait | None = None
         self._stop = threading.Event()
         self._hurry = threading.Event()  # second signal: skip the graceful wait
         self._thread: threading.Thread | None = None
@@ -210,13 +214,11 @@ class Worker:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._stop.is_set():
             self._hurry.set()
+        self._request_stop()  # before it is said: a signal landing meanwhile is a second
+        if self._hurry.is_set():
             log.warning("second signal %d: releasing running messages now", signum)
         else:
-            # Stopping before saying so: a second signal that lands while this one is
-            # said (its handler runs nested) is taken as the second.
-            self._stop.set()
             log.warning(stop_notice(signum, self._running, self.intake.shutdown_timeout))
-        self._request_stop()
 
     # ------------------------------------------------------------------ running
 
@@ -233,9 +235,12 @@ class Worker:
         shutdown as ``stop()`` (also kept in ``self.error``).
         """
         self.error = None
-        # Each run its own hand-off and threads: the last run's ended with it.
+        # Each run its own hand-off, threads and groups: the last run's ended with it.
         self._jobs = _HandOut()
         self._handlers = []
+        self.intake.ordering.start(
+            self._slots, self._stop.is_set, self._resume_locked, self._wake_locked, self._answered
+        )
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -260,11 +265,14 @@ class Worker:
     # What the loop reads (``_receive_loop.LoopState``), under the slot lock.
     @property
     def running(self) -> int:
-        return self._running
+        # A FIFO group's waiting messages count beyond an allowance; stopping, none starts.
+        if self._stop.is_set():
+            return self._running
+        return self._running + self.intake.ordering.excess()
 
     @property
     def unsettled(self) -> int:
-        return self._unsettled
+        return self._unsettled + self.intake.ordering.releasing
 
     @property
     def stopping(self) -> bool:
@@ -275,7 +283,7 @@ class Worker:
         return self._hurry.is_set()
 
     def active(self) -> list[Lease]:
-        return list(self._active)
+        return [*self._active, *self.intake.ordering.waiting()]
 
     def _drive(self, steps: Generator[Step, Any, Any]) -> Any:
         """Run one of the loop's generators: decide and wait under the slot lock (so
@@ -290,7 +298,7 @@ class Worker:
                     return done.value
                 answer = failure = None
                 if isinstance(step, Wait):
-                    self._waiting = _Waiting(step.running_at_most)
+                    self._waiting = step
                     try:
                         wait_until(self.clock, self._slots, step.until)
                     finally:
@@ -324,22 +332,32 @@ class Worker:
 
     def _start_all(self, messages: list[Message]) -> None:
         """Register ``messages`` (at receipt, not when a thread frees up) and hand
-        them to the handler threads."""
+        them to the handler threads - on a FIFO queue, those whose group has none
+        started; the others wait their turn."""
         leased, refused = self.intake.register_all(messages)
         with self._slots:
             self.intake.received(messages, refused)
-            self._running += len(leased)
-            self._active.update(lease for _, lease in leased)
-            wanted = min(self.concurrency, self._running) - len(self._handlers)
-        for _ in range(wanted):
-            thread = threading.Thread(
+            ready = self.intake.ordering.admit(leased)
+            self._running += len(ready)
+            self._active.update(lease for _, lease in ready)
+            threads = self._more_threads_locked()
+        for thread in threads:
+            thread.start()
+        self._jobs.put_all(ready)
+
+    def _more_threads_locked(self) -> list[threading.Thread]:
+        """The handler threads to start: one a message in hand, up to ``concurrency``."""
+        wanted = min(self.concurrency, self._running) - len(self._handlers)
+        threads = [
+            threading.Thread(
                 target=self._serve,
-                name=f"leasekeeper-handler_{len(self._handlers)}",
+                name=f"leasekeeper-handler_{len(self._handlers) + n}",
                 daemon=True,
             )
-            self._handlers.append(thread)
-            thread.start()
-        self._jobs.put_all(leased)
+            for n in range(wanted)
+        ]
+        self._handlers.extend(threads)
+        return threads
 
     def _serve(self) -> None:
         """A handler thread: handle the messages handed out, one at a time, until
@@ -358,8 +376,10 @@ class Worker:
         self._handlers = []
 
     def _handle(self, message: Message, lease: Lease) -> None:
+        ordering = self.intake.ordering
         if lease.is_lost:  # lost (or released at close) while it waited for a thread
             self._finished(lease, "lost", False, None)
+            ordering.hold_back(lease)  # on a FIFO queue its group goes back with it
             return
         started = self.clock.now()
         future = None
@@ -369,6 +389,7 @@ class Worker:
                 self.handler(message)
         except Rollover:
             outcome = self.intake.roll_over(lease)
+            ordering.hold_back(lease)
         except Exception as exc:
             # One WARNING (with the traceback), from the failure policy.
             outcome, future = self.intake.fail(lease, exc)
@@ -381,15 +402,21 @@ class Worker:
                 return
             outcome = "lost"
             log.warning("lease on message %r lost while it was handled", message.id)
+            ordering.hold_back(lease)
         self._finished(lease, outcome, future is not None, self.clock.now() - started)
         if future is not None:
             future.add_done_callback(functools.partial(self._release_answered, lease))
+        if outcome == "dead_lettered":
+            ordering.went_well(lease)  # out of its group's way, as SQS's redrive does
 
     def _queue_delete(self, lease: Lease) -> None:
         """Hand ``lease``'s delete to the manager's coalescer; ``_settled`` hears the
         answer."""
         try:
-            self.manager.complete_soon_then(lease, functools.partial(self._settled, lease))
+            at_once = self.intake.ordering.key(lease.message) is not None  # a group waits
+            self.manager.complete_soon_then(
+                lease, functools.partial(self._settled, lease), at_once=at_once
+            )
         except ManagerClosed:
             self._settled(lease, None)  # closed in a hurry: close() released it
 
@@ -405,33 +432,50 @@ class Worker:
                 self._unsettled += 1
             else:
                 self.intake.count(outcome, lease)
-            waiting = self._waiting
-            if waiting is not None and (
-                waiting.running_at_most is None or self._running <= waiting.running_at_most
-            ):
+            self._wake_locked(True)
+
+    def _wake_locked(self, any_change: bool = False) -> None:
+        """Wake the receive loop if it waits for what just happened: a FIFO group let
+        go, room (at most ``running_at_most`` in hand), or, ``any_change``, any change."""
+        waiting = self._waiting
+        if waiting is None:
+            return
+        if waiting.let_go_above is not None:  # for a FIFO group let go, nothing else
+            if self.intake.ordering.groups.let_go > waiting.let_go_above:
                 self._slots.notify_all()
+        elif waiting.running_at_most is None:
+            if any_change:
+                self._slots.notify_all()
+        elif self.running <= waiting.running_at_most:
+            self._slots.notify_all()
 
     def _release_answered(self, lease: Lease, future: Future[None]) -> None:
         """A failed message's queued release (``Intake.fail``) was answered."""
         self._settled(lease, future.exception(), "failed")
 
+    def _answered(self) -> None:
+        with self._slots:  # a FIFO group's held-back message's release was answered
+            self._wake_locked(True)
+
+    def _resume_locked(self, job: tuple[Message, Lease]) -> None:
+        """A FIFO group's next message starts (``Ordering``; slot lock held)."""
+        self._running += 1
+        self._active.add(job[1])
+        for thread in self._more_threads_locked():
+            thread.start()  # it waits for the hand-out's lock, never for the slot lock
+        self._jobs.put_all([job])
+
     def _settled(
         self, lease: Lease, error: BaseException | None, outcome: str = "completed"
     ) -> None:
         """A queued delete (or release) of ``lease`` was answered with ``error``."""
-        outcome = self.intake.settle(lease, outcome, error)
+        counted = self.intake.settle(lease, outcome, error)
         with self._slots:
             self._unsettled -= 1
-            self.intake.count(outcome, lease)
-            waiting = self._waiting
-            if waiting is not None and waiting.running_at_most is None:
-                self._slots.notify_all()
-
-
-class _Waiting(NamedTuple):
-    """What the receive loop waits for (``Wait``)."""
-
-    running_at_most: int | None
+            self.intake.count(counted, lease)
+            self._wake_locked(True)
+        if outcome == "completed":  # a delete: on a FIFO queue its group goes on, or back
+            self.intake.ordering.deleted(lease, counted == "completed")
 
 
 class _HandOut:

@@ -111,6 +111,7 @@ def test_receive_gives_leasable_messages(subject: Subject) -> None:
         assert message.visible_until <= message.received_at + HIDDEN
         assert message.receipt not in repr(message)
         assert message.attributes == {}  # sent without any
+        assert message.group is None  # sent without a group (MNS, Azure, Redis have none)
         if subject.total_cap is None:
             assert message.hard_deadline is None
         else:

@@ -141,3 +141,32 @@ def test_a_worker_flushes_its_deletes_before_it_stops() -> None:
     stats = worker.run(until_idle=0.3)
     assert stats.completed == 50 and queue.deleted_count == 50
     assert len(queue) == 0
+
+
+def test_releases_queued_together_share_one_call_and_one_delay() -> None:
+    queue = MemoryQueue(60, max_batch=10)
+    queue.send_many([f"job {i}" for i in range(4)])
+    manager = LeaseManager(queue, visibility_timeout=60, coalesce_window=0.5)
+    leases = [manager.register(m) for m in receive_all(queue, 4)]
+    futures = manager.release_many_soon(leases, 0.0)
+    assert [f.result(timeout=30) for f in futures] == [None] * 4
+    assert queue.calls["release"] == 1 and queue.entries["release"] == 4
+    assert queue.visible_count() == 4 and all(
+        lease.state is LeaseState.RELEASED for lease in leases
+    )
+    manager.close()
+
+
+def test_a_complete_sent_at_once_does_not_wait_for_company() -> None:
+    queue = MemoryQueue(60)
+    queue.send_many([f"job {i}" for i in range(5)])
+    # A window of 30 s, no batch full, and arrivals so frequent that company is
+    # expected: only ``at_once`` keeps the deletes from waiting for it.
+    manager = LeaseManager(queue, visibility_timeout=60, coalesce_window=30.0)
+    leases = [manager.register(m) for m in receive_all(queue, 5)]
+    for lease in leases[:-1]:
+        manager.complete_soon(lease)
+    started = time.monotonic()
+    manager.complete_soon(leases[-1], at_once=True).result(timeout=60)
+    assert time.monotonic() - started < 15  # far less than the 30 s window
+    manager.close()

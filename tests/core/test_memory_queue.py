@@ -201,3 +201,78 @@ def test_arguments_are_checked_as_every_backend_checks_them(queue: MemoryQueue) 
         queue.receive(max_messages=1.5)  # type: ignore[arg-type]
     assert queue.calls["extend"] == queue.calls["release"] == 0  # nothing was sent
     assert queue.extend([message.handle], 30)[0].kind == "ok"
+
+
+def test_a_fifo_queue_hands_each_group_out_in_order_and_locks_it_while_in_flight(
+    clock: ManualClock,
+) -> None:
+    queue = MemoryQueue(30, clock=clock, fifo=True)
+    for i in range(3):
+        for group in ("a", "b"):
+            queue.send(f"{group}{i}", group_id=group)
+    first = queue.receive(4)
+    # As many of a group as there are, in order, then the next group's.
+    assert [(m.body, m.group) for m in first] == [
+        ("a0", "a"),
+        ("a1", "a"),
+        ("a2", "a"),
+        ("b0", "b"),
+    ]
+    assert "group='a'" in repr(first[0]) and queue.adopt(first[0].raw).group == "a"
+    assert queue.receive(10) == []  # both groups have a message in flight
+    queue.delete([m.handle for m in first[:3]])
+    assert queue.receive(10) == []  # b0 still in flight: b is locked
+    queue.release([first[3].handle], 5)
+    assert queue.receive(10) == []  # released with a delay: still in flight until then
+    clock.advance(5)
+    assert [m.body for m in queue.receive(10)] == ["b0", "b1", "b2"]  # b0 first, again
+    assert (queue.visible_count(), queue.in_flight_count(), len(queue)) == (0, 3, 3)
+
+
+def test_a_fifo_queue_lets_a_group_go_when_its_visibility_runs_out(clock: ManualClock) -> None:
+    queue = MemoryQueue(10, clock=clock, name="jobs.fifo")  # named *.fifo: a FIFO queue
+    assert queue.fifo
+    queue.send("1", group_id="g")
+    queue.send("2", group_id="g")
+    assert [m.body for m in queue.receive(1)] == ["1"]
+    assert queue.receive(1) == []
+    clock.advance(10)
+    assert [m.body for m in queue.receive(2)] == ["1", "2"]  # 1 came back: first again
+
+
+def test_a_fifo_long_poll_wakes_when_a_delete_lets_its_group_go() -> None:
+    queue = MemoryQueue(30, fifo=True)
+    queue.send("1", group_id="g")
+    queue.send("2", group_id="g")
+    [one] = queue.receive()
+    threading.Timer(0.1, queue.delete, args=([one.handle],)).start()
+    start = time.monotonic()
+    got = queue.receive(wait_seconds=20)  # g is in flight: nothing until 1 is deleted
+    assert [m.body for m in got] == ["2"]
+    assert time.monotonic() - start < 10
+
+
+def test_group_ids_on_a_standard_queue_name_a_tenant_and_order_nothing(clock: ManualClock) -> None:
+    queue = MemoryQueue(30, clock=clock)
+    queue.send("a1", group_id="tenant-a")
+    queue.send("a2", group_id="tenant-a")
+    queue.send("plain")
+    got = queue.receive(10)
+    assert [(m.body, m.group) for m in got] == [
+        ("a1", "tenant-a"),
+        ("a2", "tenant-a"),
+        ("plain", None),
+    ]
+    assert queue.receive(10) == [] and not queue.fifo
+
+
+def test_a_fifo_queue_checks_its_sends_as_sqs_does(clock: ManualClock) -> None:
+    queue = MemoryQueue(30, clock=clock, fifo=True)
+    with pytest.raises(ValueError, match="needs group_id"):
+        queue.send("x")
+    with pytest.raises(ValueError, match="no per-message delay"):
+        queue.send("x", group_id="g", delay=5)
+    with pytest.raises(ValueError, match="group_id must be"):
+        queue.send("x", group_id="")
+    assert len(queue) == 0
+    assert connect("memory://core-test.fifo", clock=clock).fifo

@@ -192,7 +192,7 @@ class LeaseMachine(RuleBasedStateMachine):
         queue = self.queue
         with queue._lock:
             queue._promote(self.clock.now())
-            return {r.id for r in queue._ready if r.in_ready and r.id in queue._records}
+            return {r.id for r in queue._order.ready if r.in_ready and r.id in queue._records}
 
     def check_queue(self) -> None:
         now = self.clock.now()

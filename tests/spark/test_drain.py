@@ -274,3 +274,59 @@ def test_drain_a_queue_by_url_on_redis_streams(spark: Any, redis_url: str, tmp_p
     assert {r["status"] for r in rows} == {"completed"}
     assert max(runs(tmp_path / "runs.log").values()) == 1, "a message was handled twice"
     assert producer.receive() == []  # every entry acknowledged and deleted
+
+
+def test_a_fifo_queue_is_drained_in_each_groups_order(
+    spark: Any, moto_endpoint: str, make_queue: Any, tmp_path: Path
+) -> None:
+    """Two tasks on a FIFO queue of three groups: each group's messages run one at a
+    time, in order; a failure mid-group sends the rest of the group back with it, and
+    nothing later of the group runs before its retry."""
+    client = make_client(moto_endpoint)
+    url = make_queue(30, fifo=True)
+    bodies = [f"{group}:{index}" for group in "abc" for index in range(6)]
+    for start in range(0, len(bodies), 10):
+        client.send_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": str(n), "MessageBody": body, "MessageGroupId": body[0]}
+                for n, body in enumerate(bodies[start : start + 10])
+            ],
+        )
+    target = str(tmp_path / "runs.log")
+
+    def handler(message: Message) -> str:
+        with open(target, "a") as f:  # O_APPEND: executors are processes
+            f.write(f"begin {message.body} {message.receive_count}\n")
+        time.sleep(0.05)
+        ok = not (message.body == "b:2" and message.receive_count == 1)
+        with open(target, "a") as f:
+            f.write(f"{'end' if ok else 'failed'} {message.body} {message.receive_count}\n")
+        if not ok:
+            raise ValueError("the first try of b:2 fails")
+        return str(message.group)
+
+    result = run_drain(
+        spark,
+        SQSSource(url, region="us-east-1", endpoint_url=moto_endpoint),
+        handler,
+        output=str(tmp_path / "out"),
+        partitions=2,
+        config=LeaseConfig(visibility_timeout=30, release_delay=0.5, release_backoff=1.0),
+        idle_seconds=4,
+    )
+    events = [line.split() for line in Path(target).read_text().splitlines()]
+    began = {
+        g: [int(b[2:]) for kind, b, _ in events if kind == "begin" and b[0] == g] for g in "abc"
+    }
+    done = {g: [int(b[2:]) for kind, b, _ in events if kind == "end" and b[0] == g] for g in "abc"}
+    assert done == {group: list(range(6)) for group in "abc"}
+    assert began["b"] == [0, 1, 2, 2, 3, 4, 5] and began["a"] == began["c"] == list(range(6))
+    active: Counter[str] = Counter()
+    for kind, body, _ in events:  # never two of a group at once, in either task
+        active[body[0]] += 1 if kind == "begin" else -1
+        assert active[body[0]] <= 1
+    rows = result.frame.collect()
+    assert {r["status"] for r in rows} == {"completed"} and len(rows) == 18
+    assert {r["output"] for r in rows} == {'"a"', '"b"', '"c"'}
+    assert queue_depth(client, url) == 0

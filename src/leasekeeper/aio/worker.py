@@ -149,7 +149,7 @@ class AsyncWorker:
         self._stopping = False
         self._hurry = False  # second signal: skip the graceful wait
         self._changed: asyncio.Event | None = None  # a slot freed, a delete answered, stop
-        self._running = 0  # handler tasks
+        self._running = 0  # handler tasks (a FIFO group's waiting messages: intake.ordering)
         self._unsettled = 0  # deletes/releases queued and not yet answered
         self._active: set[Lease] = set()  # leases of the running handlers
         self._tasks: set[asyncio.Task[None]] = set()
@@ -180,8 +180,7 @@ class AsyncWorker:
             self._hurry = True
             log.warning("second signal %d: releasing running messages now", signum)
         else:
-            # Stopping before saying so: a second signal that lands while this one is
-            # said (its handler runs nested) is taken as the second.
+            # Set first: a signal landing while this one is said is the second.
             self._stopping = True
             log.warning(stop_notice(signum, self._running, self.intake.shutdown_timeout))
         self._request_stop()
@@ -235,6 +234,9 @@ class AsyncWorker:
         self._loop = loop
         self._changed = asyncio.Event()
         self.error = None
+        self.intake.ordering.start(
+            nullcontext(), lambda: self._stopping, self._resume, self._wake, self._answered_off_loop
+        )
         # Before the first register: the relay must hear of every lease's end.
         self._relay = relay_for(self.manager)
         executor = ThreadPoolExecutor(1, thread_name_prefix="leasekeeper-aio")
@@ -266,11 +268,14 @@ class AsyncWorker:
     # What the loop reads (``_receive_loop.LoopState``), on the event loop.
     @property
     def running(self) -> int:
-        return self._running
+        # As Worker's: a FIFO group's waiting messages count beyond their allowance.
+        if self._stopping:
+            return self._running
+        return self._running + self.intake.ordering.excess()
 
     @property
     def unsettled(self) -> int:
-        return self._unsettled
+        return self._unsettled + self.intake.ordering.releasing
 
     @property
     def stopping(self) -> bool:
@@ -281,7 +286,7 @@ class AsyncWorker:
         return self._hurry
 
     def active(self) -> list[Lease]:
-        return list(self._active)
+        return [*self._active, *self.intake.ordering.waiting()]
 
     async def _drive(self, steps: Generator[Step, Any, Any], executor: ThreadPoolExecutor) -> Any:
         """Run one of the loop's generators: waits on the event loop, service calls on
@@ -303,7 +308,8 @@ class AsyncWorker:
                 elif isinstance(step, Start):
                     leased, refused = self.intake.register_all(step.messages)
                     self.intake.received(step.messages, refused)
-                    for message, lease in leased:
+                    # On a FIFO queue, a message whose group has one started waits.
+                    for message, lease in self.intake.ordering.admit(leased):
                         self._start(message, lease)
                 elif isinstance(step, Flush):
                     left = max(0.0, step.deadline - self.clock.now())
@@ -359,6 +365,7 @@ class AsyncWorker:
         outcome, future, took = "lost", None, None
         try:
             if lease.is_lost:  # lost (or released at close) before it started
+                self.intake.ordering.hold_back(lease)  # a FIFO group goes back with it
                 return
             assert self._relay is not None and self._loop is not None
             held = AsyncLease(lease, self.manager, self._relay, self._loop)
@@ -373,32 +380,57 @@ class AsyncWorker:
                 # Two blocking calls (the send, the delete): off the loop.
                 loop = asyncio.get_running_loop()
                 outcome = await loop.run_in_executor(None, self.intake.roll_over, lease)
+                self.intake.ordering.hold_back(lease)
             except asyncio.CancelledError:
                 if not held.end():
                     raise  # not a loss: shutdown cancelled it (its message was released)
                 log.warning("lease on message %r lost while it was handled: cancelled", lease.id)
+                self.intake.ordering.hold_back(lease)
                 return
             except Exception as exc:
                 held.end()
-                # One WARNING (with the traceback), from the failure policy; off the loop:
-                # a poison message's copy to the dead-letter queue is a service call.
-                outcome, future = await asyncio.to_thread(self.intake.fail, lease, exc)
+                outcome, future = await self._fail(lease, exc)
             else:
                 held.end()
                 if lease.is_lost:
                     log.warning("lease on message %r lost while it was handled", message.id)
+                    self.intake.ordering.hold_back(lease)
                 else:
                     outcome = "completed"
                     future = self._queue_end(lease, release=False)
             took = self.clock.now() - started
+            if outcome == "dead_lettered":
+                self.intake.ordering.went_well(lease)  # out of its group's way, as redrive
         finally:
             self._finished(lease, outcome, future, took)
+
+    async def _fail(self, lease: Lease, error: BaseException) -> tuple[str, Future[None] | None]:
+        """The handler raised ``error``: send a poison message to the dead-letter queue,
+        or release the message - on a FIFO queue with the later messages of its group
+        the worker holds, in the same call. One WARNING (with the traceback), from the
+        failure policy; off the loop: the dead-letter copy is a service call, and so is
+        the first failure's look at the queue's redrive policy."""
+        if await asyncio.to_thread(self.intake.dead_lettered, lease, error):
+            return "dead_lettered", None
+        rest = self.intake.ordering.take_rest(lease)
+        futures = await asyncio.to_thread(self.intake.release_failed, lease, error, rest)
+        return "failed", futures[0] if futures else None
+
+    def _answered_off_loop(self) -> None:
+        loop = self._loop  # a FIFO group's held-back message's release was answered
+        if loop is not None:
+            call_soon_threadsafe(loop, self._wake)
+
+    def _resume(self, job: tuple[Message, Lease]) -> None:
+        self._start(*job)  # a FIFO group's next message (``Ordering``)
 
     def _queue_end(self, lease: Lease, *, release: bool) -> Future[None] | None:
         try:
             if release:
                 return self.manager.release_soon(lease)
-            return self.manager.complete_soon(lease)
+            # A FIFO group's next message waits on this answer: no gathering.
+            at_once = self.intake.ordering.key(lease.message) is not None
+            return self.manager.complete_soon(lease, at_once=at_once)
         except ManagerClosed:
             return None  # closed in a hurry: close() released it
 
@@ -428,9 +460,12 @@ class AsyncWorker:
             self.intake.count(self.intake.settle(lease, outcome, future.exception()), lease)
 
     def _settled(self, lease: Lease, outcome: str, future: Future[None]) -> None:
-        self.intake.count(self.intake.settle(lease, outcome, future.exception()), lease)
+        counted = self.intake.settle(lease, outcome, future.exception())
+        self.intake.count(counted, lease)
         self._unsettled -= 1
         self._wake()
+        if outcome == "completed":  # a delete: on a FIFO queue its group goes on, or back
+            self.intake.ordering.deleted(lease, counted == "completed")
 
     def _revoke(self, leases: list[Lease]) -> None:
         for lease in leases:

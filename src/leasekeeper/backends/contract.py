@@ -247,6 +247,11 @@ class Backend(Protocol):
       and delayed, as the service counts them (one call: SQS GetQueueAttributes,
       MNS GetQueueAttributes, Azure's queue properties, Redis XLEN and XPENDING).
       A failure of the service raises ``ReceiveError`` (operation "counts").
+    - ``fifo``: True for a queue that keeps each message group in order (an SQS
+      queue whose URL ends in ``.fifo``, ``MemoryQueue(fifo=True)``): it hands a group
+      out in order and nothing more of it while any of it is in flight, and the
+      workers and ``leasekeeper.spark.drain`` handle one message of a group
+      (``Message.group``) at a time. Its ``send`` takes ``group_id=``.
     - ``spec() -> BackendSpec``: a picklable description that builds an equivalent
       backend in another process (the process renewer, Spark executors); never
       holds a credential. ``leasekeeper.connect`` gives every backend it returns

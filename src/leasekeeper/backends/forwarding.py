@@ -17,14 +17,20 @@ from leasekeeper.backends.contract import (
     Operation,
     Outcome,
     QueueCounts,
-    Sender,
 )
 from leasekeeper.clock import Clock
 from leasekeeper.errors import ConfigError
 
 # ---------------------------------------------------------------------- wrappers
 # The optional constants a wrapper copies from the backend it wraps.
-_COPIED = ("max_receive", "max_wait_seconds", "max_lease_age", "carries_attributes", "clock")
+_COPIED = (
+    "max_receive",
+    "max_wait_seconds",
+    "max_lease_age",
+    "carries_attributes",
+    "clock",
+    "fifo",
+)
 
 
 class ForwardingBackend:
@@ -36,9 +42,9 @@ class ForwardingBackend:
     - ``ForwardingBackend(inner)``: ``self.inner`` is the wrapped backend. Its
       ``max_batch``, ``max_visibility`` and ``rotates_receipts``, and
       ``max_receive``, ``max_wait_seconds``, ``max_lease_age``,
-      ``carries_attributes`` and ``clock`` when it has them, are copied at
-      construction (they are constants of a backend); ``send`` and
-      ``queue_counts`` are forwarded.
+      ``carries_attributes``, ``clock`` and ``fifo`` when it has them, are copied at
+      construction (they are constants of a backend); ``send`` (with any options it
+      takes: a FIFO queue's ``group_id``) and ``queue_counts`` are forwarded.
     - Every message ``receive`` and ``adopt`` hand out passes through
       ``wrap(message)``, which re-points it at the wrapper (``message.backend =
       self``: the inner backend just made that message and nobody else holds it)
@@ -63,6 +69,7 @@ class ForwardingBackend:
     max_lease_age: float
     carries_attributes: bool
     clock: Clock
+    fifo: bool
 
     def __init__(self, inner: Backend) -> None:
         if not isinstance(inner, Backend):
@@ -107,11 +114,17 @@ class ForwardingBackend:
         return self.inner.release(handles, delay)
 
     def send(
-        self, body: str | bytes, attributes: Mapping[str, str] | None = None, *, delay: float = 0.0
+        self,
+        body: str | bytes,
+        attributes: Mapping[str, str] | None = None,
+        *,
+        delay: float = 0.0,
+        **options: Any,
     ) -> str:
-        """The inner backend's ``send`` (AttributeError where it has none)."""
-        sender: Sender = self.inner  # type: ignore[assignment]
-        return sender.send(body, attributes, delay=delay)
+        """The inner backend's ``send`` (AttributeError where it has none), with the
+        options it takes (``group_id=`` on a FIFO queue)."""
+        send: Any = self.inner.send  # type: ignore[attr-defined]
+        return str(send(body, attributes, delay=delay, **options))
 
     def queue_counts(self) -> QueueCounts:
         """The inner backend's ``queue_counts`` (AttributeError where it has none)."""

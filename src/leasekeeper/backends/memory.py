@@ -8,9 +8,18 @@ stale receipt is rejected exactly where the real service would reject it.
 
 It is the demo's backend and a tool for your own tests: ``send`` messages, run
 your worker, then look at ``deleted_ids``, ``visible_count()``, ``receive_counts``
-and the per-operation call counters. For a long run, ``history=False`` keeps
-only ``deleted_count``, so the queue's memory follows its backlog rather than
-every message it ever held.
+and the per-operation call counters.
+
+``MemoryQueue(fifo=True)`` (or a queue named ``*.fifo``: ``memory://jobs.fifo``)
+is a FIFO queue as SQS keeps one: every message is sent with a ``group_id``, a
+receive hands each message group out in the order it was sent - as many of a
+group as it can, then other groups - and hands out nothing more of a group while
+any of its messages is in flight (received, not yet deleted, not yet visible
+again). On any queue a message sent with a ``group_id`` has it as ``message.group``
+(on a standard queue it orders nothing, as SQS's "fair" queues' groups do not).
+
+For a long run, ``history=False`` keeps only ``deleted_count``, so the queue's
+memory follows its backlog rather than every message it ever held.
 
 ``leasekeeper.connect("memory://jobs")`` is the process-wide queue named "jobs"
 (``named_queue``). A MemoryQueue lives in this process's memory: it cannot be
@@ -59,6 +68,7 @@ class MemoryRecord(NamedTuple):
     received_at: float
     visibility_timeout: float
     attributes: Mapping[str, str] | None = None
+    group: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -71,6 +81,7 @@ class _Stored:
         "attributes",
         "body",
         "cap_at",
+        "group",
         "id",
         "in_ready",
         "receipt",
@@ -80,17 +91,36 @@ class _Stored:
     )
 
     def __init__(
-        self, id: str, body: str | bytes, visible_at: float, attributes: dict[str, str]
+        self,
+        id: str,
+        body: str | bytes,
+        visible_at: float,
+        attributes: dict[str, str],
+        group: str | None = None,
     ) -> None:
         self.id = id
         self.body = body
         self.attributes = attributes
+        self.group = group
         self.receipt = ""  # none until first received
         self.visible_at = visible_at
         self.receive_count = 0
         self.version = 0  # bumped whenever visible_at changes; stale heap entries skip
         self.in_ready = False
         self.cap_at: float | None = None
+
+    def received(self, receipt: str, now: float, visibility: float) -> MemoryRecord:
+        """What a receive hands out of it now (``Message.raw``)."""
+        return MemoryRecord(
+            self.id,
+            self.body,
+            receipt,
+            self.receive_count,
+            now,
+            visibility,
+            self.attributes,
+            self.group,
+        )
 
 
 def _refusal(found: _Stored | None) -> Outcome:
@@ -108,6 +138,7 @@ class MemoryQueue:
     entries"). ``history=False`` keeps only ``deleted_count``, not ``deleted_ids``
     and ``receive_counts``. Arguments are checked as the cloud backends check
     theirs, without rounding to whole seconds; messages carry attributes.
+    ``fifo``: a FIFO queue (module docstring); None (the default): if ``name`` ends in .fifo.
     """
 
     #: Lives in this process: ``leasekeeper.connect`` leaves ``spec()`` refusing.
@@ -126,6 +157,7 @@ class MemoryQueue:
         max_lease_age: float | None = None,
         name: str = "memory",
         history: bool = True,
+        fifo: bool | None = None,
     ) -> None:
         self.max_visibility = check_seconds("max_visibility", max_visibility, low=1e-9)
         self.visibility_timeout = check_seconds(
@@ -142,12 +174,14 @@ class MemoryQueue:
         self.rotates_receipts = rotate_receipts
         self.max_batch = max_batch
         self.name = name
+        self.fifo = name.endswith(".fifo") if fifo is None else bool(fifo)
         self._driven = isinstance(self.clock, DrivenClock)
         # Guards every record and index below; receivers long-poll on the condition.
         self._mutex = threading.RLock()
         self._lock = threading.Condition(self._mutex)
         self._records: dict[str, _Stored] = {}
-        self._ready: deque[_Stored] = deque()  # visible, in arrival order
+        # What a receive hands out first: the oldest visible, or each group's (FIFO).
+        self._order: _Arrival | _GroupOrder = _GroupOrder() if self.fifo else _Arrival()
         self._hidden: list[tuple[float, int, int, _Stored]] = []  # (visible_at, seq, version, rec)
         self._seq = itertools.count()
         self._ids = itertools.count(1)
@@ -200,22 +234,28 @@ class MemoryQueue:
     # ------------------------------------------------------------------ producing
 
     def send(
-        self, body: str | bytes, attributes: Mapping[str, str] | None = None, *, delay: float = 0.0
+        self,
+        body: str | bytes,
+        attributes: Mapping[str, str] | None = None,
+        *,
+        delay: float = 0.0,
+        group_id: str | None = None,
     ) -> str:
-        """Add a message with these attributes; it becomes visible after ``delay``
-        seconds. Returns its id."""
+        """Add a message with these attributes, visible after ``delay`` seconds; returns
+        its id. ``group_id``: its group, required on a FIFO queue (which takes no delay)."""
         check_body(body)
         attrs = check_attributes(attributes, carried=True, service="MemoryQueue")
         delay = check_seconds("delay", delay)
+        _check_group(group_id, delay, self.fifo)
         with self._lock:
             message_id = f"m-{next(self._ids):06d}"
-            record = _Stored(message_id, body, self.clock.now() + delay, attrs)
+            record = _Stored(message_id, body, self.clock.now() + delay, attrs, group_id)
             self._records[message_id] = record
+            self._order.sent(record)
             if delay > 0:
                 self._hide(record, record.visible_at)
             else:
-                record.in_ready = True
-                self._ready.append(record)
+                self._order.visible(record)
             self._lock.notify()
         return message_id
 
@@ -258,7 +298,7 @@ class MemoryQueue:
     def _counts(self) -> tuple[int, int, int]:
         with self._lock:
             self._promote(self.clock.now())
-            visible = self._visible_locked()
+            visible = self._order.count(self._records)
             delayed = sum(1 for r in self._records.values() if not (r.in_ready or r.receive_count))
             return visible, len(self._records) - visible - delayed, delayed
 
@@ -268,11 +308,6 @@ class MemoryQueue:
             return len(self._records)
 
     # ------------------------------------------------------------------ internals
-
-    def _visible_locked(self) -> int:
-        # _ready may still hold a record deleted or hidden again since it was promoted
-        # (receive skips those); count each visible record once.
-        return len({id(r) for r in self._ready if r.in_ready and r.id in self._records})
 
     def _hide(self, record: _Stored, until: float) -> None:
         record.visible_at = until
@@ -285,8 +320,7 @@ class MemoryQueue:
         while hidden and hidden[0][0] <= now:
             _, _, version, record = heapq.heappop(hidden)
             if record.version == version and not record.in_ready and record.id in self._records:
-                record.in_ready = True
-                self._ready.append(record)
+                self._order.visible(record)
 
     def _new_receipt(self, record: _Stored) -> str:
         record.receipt = f"rcpt-{os.urandom(8).hex()}"
@@ -333,7 +367,8 @@ class MemoryQueue:
             deadline = now + wait_seconds
             while True:
                 self._promote(now)
-                if self._ready or self._driven or now >= deadline:
+                chosen = self._order.take(max_messages, self._records)
+                if chosen or self._driven or now >= deadline:
                     break
                 wait = deadline - now
                 if self._hidden:
@@ -341,10 +376,7 @@ class MemoryQueue:
                 self.clock.wait(self._lock, wait)
                 now = self.clock.now()
             out: list[Message] = []
-            while self._ready and len(out) < max_messages:
-                record = self._ready.popleft()
-                if record.id not in self._records or not record.in_ready:
-                    continue
+            for record in chosen:
                 record.receive_count += 1
                 if self.history:
                     self.receive_counts[record.id] = record.receive_count
@@ -352,16 +384,7 @@ class MemoryQueue:
                 self._hide(record, now + vis)
                 age = self.max_lease_age
                 record.cap_at = None if age == math.inf else now + age
-                raw = MemoryRecord(
-                    record.id,
-                    record.body,
-                    receipt,
-                    record.receive_count,
-                    now,
-                    vis,
-                    record.attributes,
-                )
-                out.append(self._message(raw, record.cap_at))
+                out.append(self._message(record.received(receipt, now, vis), record.cap_at))
             self._entries["receive"] += len(out)
             return out
 
@@ -379,6 +402,7 @@ class MemoryQueue:
             raw=raw,
             hard_deadline=hard,
             attributes=raw.attributes,
+            group=raw.group,
         )
 
     def adopt(self, raw: Any, visibility_timeout: float | None = None) -> Message:
@@ -433,6 +457,7 @@ class MemoryQueue:
                 # Gone from _records is gone: receive and _promote skip what is not
                 # there, so its heap entries and version need no update.
                 del self._records[message_id]
+                self._order.deleted(found, self._lock)
                 self.deleted_count += 1
                 if self.history:
                     self.deleted_ids.append(message_id)
@@ -452,6 +477,7 @@ class MemoryQueue:
         del self._records[message_id]
         found.version += 1
         found.in_ready = False
+        self._order.deleted(found, self._lock)
         self.deleted_count += 1
         self._batch_deleted += 1
         if self.history:
@@ -480,8 +506,7 @@ class MemoryQueue:
                     found.version += 1
                     found.visible_at = now
                     if not found.in_ready:
-                        found.in_ready = True
-                        self._ready.append(found)
+                        self._order.visible(found)
                 if self.rotates_receipts:
                     self._new_receipt(found)  # the old receipt dies with the release
                 out.append(OK)
@@ -497,6 +522,108 @@ class MemoryQueue:
             )
         self._calls[operation] += 1
         self._entries[operation] += len(handles)
+
+
+def _check_group(group_id: object, delay: float, fifo: bool) -> None:
+    """``send``'s ``group_id``: a non-empty str or None; required on a FIFO queue, which
+    takes no delay."""
+    if group_id is not None and (not isinstance(group_id, str) or not group_id):
+        raise ValueError(f"group_id must be a non-empty str, got {group_id!r}")
+    if fifo:
+        if group_id is None:
+            raise ValueError("a FIFO queue needs group_id (its message group) for send")
+        if delay:
+            raise ValueError("a FIFO queue takes no per-message delay: send with delay=0")
+
+
+class _Arrival:
+    """A standard MemoryQueue's visible records, in the order they became visible.
+    Its queue's lock guards it (as ``_GroupOrder``, whose methods these are too)."""
+
+    def __init__(self) -> None:
+        # May still hold a record deleted or hidden again since it was made visible
+        # (``take`` and ``count`` skip those).
+        self.ready: deque[_Stored] = deque()
+
+    def sent(self, record: _Stored) -> None:
+        """``record`` was sent (it is visible now, or later)."""
+
+    def visible(self, record: _Stored) -> None:
+        """``record`` is visible: a receive may hand it out."""
+        record.in_ready = True
+        self.ready.append(record)
+
+    def deleted(self, record: _Stored, waiters: threading.Condition) -> None:
+        """``record`` was deleted (``waiters``: the long polls of its queue)."""
+
+    def count(self, records: Mapping[str, _Stored]) -> int:
+        """How many records are visible (each once)."""
+        return len({id(r) for r in self.ready if r.in_ready and r.id in records})
+
+    def take(self, most: int, records: Mapping[str, _Stored]) -> list[_Stored]:
+        """Up to ``most`` visible records to hand out, the oldest first."""
+        chosen: list[_Stored] = []
+        ready = self.ready
+        while ready and len(chosen) < most:
+            record = ready.popleft()
+            if record.id in records and record.in_ready:
+                chosen.append(record)
+        return chosen
+
+
+class _GroupOrder:
+    """A FIFO MemoryQueue's messages by group, each group in the order sent (a dict
+    keeps the groups' order). A group is here while it has a message not deleted.
+    Its queue's lock guards it."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, deque[_Stored]] = {}
+        self.ready: deque[_Stored] = deque()  # (none: a group's are in the group)
+
+    def sent(self, record: _Stored) -> None:
+        assert record.group is not None
+        self.groups.setdefault(record.group, deque()).append(record)
+
+    def visible(self, record: _Stored) -> None:
+        record.in_ready = True  # (found in its group)
+
+    def deleted(self, record: _Stored, waiters: threading.Condition) -> None:
+        """``record`` was deleted: its group may be handed out again, so a long poll
+        waiting on ``waiters`` wakes."""
+        assert record.group is not None
+        records = self.groups.get(record.group)
+        if records is not None:
+            records.remove(record)
+            if not records:
+                del self.groups[record.group]
+        waiters.notify_all()
+
+    def count(self, records: Mapping[str, _Stored]) -> int:
+        return sum(record.in_ready for record in records.values())
+
+    def take(self, most: int, records: Mapping[str, _Stored]) -> list[_Stored]:
+        """Up to ``most`` visible records: each group's in order, from groups with
+        nothing in flight, as many of a group as there are before the next group's."""
+        chosen: list[_Stored] = []
+        for group in self.groups.values():
+            if len(chosen) >= most:
+                break
+            # In flight: received and hidden. The received records lead their group
+            # (it is handed out in order): the look stops at the first never received.
+            locked = False
+            for record in group:
+                if not record.receive_count:
+                    break
+                if not record.in_ready:
+                    locked = True
+                    break
+            if locked:
+                continue
+            for record in group:
+                if len(chosen) >= most or not record.in_ready:
+                    break
+                chosen.append(record)
+        return chosen
 
 
 _named: dict[str, MemoryQueue] = {}

@@ -42,9 +42,12 @@ class StatusLine:
                 )
                 + " done/failed)"
             )
+        groups = ""
+        if self.worker.intake.ordering.any:  # a FIFO queue: its groups, never by id
+            groups = f", groups waiting {done.groups_waiting}, held back {done.held_back}"
         return (
             f"{PROG}: in flight {in_flight}, done {done.completed}, failed {done.failed}, "
-            f"lost {done.lost}{queues}, scheduler lag p50 {p50 * 1000:.0f} ms "
+            f"lost {done.lost}{groups}{queues}, scheduler lag p50 {p50 * 1000:.0f} ms "
             f"p99 {p99 * 1000:.0f} ms"
         )
 

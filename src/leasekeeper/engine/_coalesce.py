@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from typing import NamedTuple
 
+from leasekeeper.backends.contract import Backend
 from leasekeeper.errors import ManagerClosed
 from leasekeeper.lease import Lease
 
@@ -81,11 +82,12 @@ class Coalescer:
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def complete(self, lease: Lease) -> Future[None]:
+    def complete(self, lease: Lease, *, at_once: bool = False) -> Future[None]:
         """Complete ``lease`` soon; the future's result is None or what
-        ``lease.complete()`` would have raised."""
+        ``lease.complete()`` would have raised. ``at_once``: send what waits now,
+        without waiting for company (``complete_then``)."""
         future: Future[None] = Future()
-        self._submit("complete", lease, None, functools.partial(_resolve, future))
+        self._submit("complete", lease, None, functools.partial(_resolve, future), at_once)
         return future
 
     def release(self, lease: Lease, delay: float | None = None) -> Future[None]:
@@ -94,35 +96,73 @@ class Coalescer:
         self._submit("release", lease, delay, functools.partial(_resolve, future))
         return future
 
-    def complete_then(self, lease: Lease, then: Then) -> None:
-        """Complete ``lease`` soon and call ``then(error)`` with the answer (see the
-        module docstring)."""
-        self._submit("complete", lease, None, then)
+    def release_all(self, leases: Sequence[Lease], delay: float | None) -> list[Future[None]]:
+        """Release ``leases`` soon, together: queued at once, so they go out in the
+        same batch call (one per ``max_batch`` of a backend), after the same
+        ``delay``. One future a lease, in order."""
+        futures: list[Future[None]] = [Future() for _ in leases]
+        self._submit_all(
+            [
+                ("release", lease, delay, functools.partial(_resolve, future))
+                for lease, future in zip(leases, futures, strict=True)
+            ]
+        )
+        return futures
 
-    def _submit(self, operation: str, lease: Lease, delay: float | None, then: Then) -> None:
+    def complete_then(self, lease: Lease, then: Then, *, at_once: bool = False) -> None:
+        """Complete ``lease`` soon and call ``then(error)`` with the answer (see the
+        module docstring). ``at_once``: something waits on this answer (the next
+        message of a FIFO group): send what waits now, without waiting for company -
+        completes that come while that call is out still go out together."""
+        self._submit("complete", lease, None, then, at_once)
+
+    def _submit(
+        self, operation: str, lease: Lease, delay: float | None, then: Then, at_once: bool = False
+    ) -> None:
         now = time.monotonic()
         backend = lease.message.backend
         with self._lock:
             if self._closed:
                 raise ManagerClosed("this LeaseManager is closed")
-            pending = self._pending
-            pending.append(_Item(operation, lease, delay, then, now))
+            if at_once and not self._flush_now:
+                self._flush_now = True
+                self._wakeup.notify()
+            self._pending.append(_Item(operation, lease, delay, then, now))
             self._arrivals.append(now)
             per_backend = self._per_backend
             per_backend[id(backend)] = count = per_backend.get(id(backend), 0) + 1
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="leasekeeper-coalescer", daemon=True
-                )
-                self._thread.start()
-            # The flusher wants to hear of the first entry (it sleeps while there is
-            # none) and of a full batch (it waits for company until then); of the
-            # entries between, it hears when its window ends.
-            if count >= backend.max_batch and not self._full:
-                self._full = True
-                self._wakeup.notify()
-            elif len(pending) == 1:
-                self._wakeup.notify()
+            self._wake_locked(backend, count)
+
+    def _submit_all(self, items: Sequence[tuple[str, Lease, float | None, Then]]) -> None:
+        """``_submit`` of several, under one hold of the lock: the flusher takes them
+        all in one batch."""
+        now = time.monotonic()
+        with self._lock:
+            if self._closed:
+                raise ManagerClosed("this LeaseManager is closed")
+            per_backend = self._per_backend
+            for operation, lease, delay, then in items:
+                self._pending.append(_Item(operation, lease, delay, then, now))
+                self._arrivals.append(now)
+                backend = lease.message.backend
+                per_backend[id(backend)] = count = per_backend.get(id(backend), 0) + 1
+                self._wake_locked(backend, count)
+
+    def _wake_locked(self, backend: Backend, count: int) -> None:
+        """An entry was added (``count``: ``backend``'s pending entries): start the
+        flusher, or wake it if it wants to hear of this one - the first entry (it
+        sleeps while there is none) or a full batch (it waits for company until
+        then); of the entries between, it hears when its window ends."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="leasekeeper-coalescer", daemon=True
+            )
+            self._thread.start()
+        if count >= backend.max_batch and not self._full:
+            self._full = True
+            self._wakeup.notify()
+        elif len(self._pending) == 1:
+            self._wakeup.notify()
 
     def flush(self, timeout: float | None = None) -> None:
         """Send what is waiting now, and wait (up to ``timeout``) until it is answered."""

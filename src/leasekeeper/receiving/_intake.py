@@ -5,9 +5,10 @@ receive and hand out messages differently, but decide the same things the same
 way, here: their settings and manager, how many messages they may hold (their
 handlers, plus a prefetched batch while handlers are quick), the receive call,
 what a failed receive means (retry after a jittered, growing pause, or stop),
-leasing a received batch, and how a queued delete or release that was answered
-counts. An ``Intake`` holds no lock and starts nothing: its worker serialises the
-calls that change it.
+leasing a received batch, which held messages of an ordered (FIFO) queue start
+now and which wait behind their group (``Intake.ordering``: ``_ordering``), and how
+a queued delete or release that was answered counts. An ``Intake`` holds no lock and
+starts nothing: its worker serialises the calls that change it.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from leasekeeper.config import LeaseConfig
 from leasekeeper.decorator import undecorated
 from leasekeeper.errors import LeaseLost, LeaseTooShort, ManagerClosed, ReceiveError
 from leasekeeper.failures import resolve_dead_letter
-from leasekeeper.lease import Lease, LeaseState, settle_rollover
+from leasekeeper.lease import Lease, settle_rollover
 from leasekeeper.manager import LeaseManager
-from leasekeeper.receiving._sources import Source, Sources
+from leasekeeper.receiving._ordering import Ordering
+from leasekeeper.receiving._sources import MAX_REST, Source, Sources
 from leasekeeper.receiving.stats import QueueStats, WorkerStats
 from leasekeeper.rollover import unwrap
 
@@ -102,14 +104,7 @@ class Intake:
                 getattr(handler, "__qualname__", repr(handler)),
             )
             handler = inner
-        problem = handler_signature_problem(handler)
-        if problem is not None:
-            # Refused now: accepted, every message would fail with a TypeError and be
-            # retried for ever.
-            raise TypeError(
-                f"{kind}'s handler {getattr(handler, '__qualname__', repr(handler))} "
-                f"{problem}; give it one parameter for the message: def handle(message)"
-            )
+        check_handler_signature(kind, handler)
         #: The handler the worker calls (a ``@leased`` wrapper's undecorated function).
         self.handler = handler
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -200,14 +195,19 @@ class Intake:
         self.prefetch = prefetch
         self.gather = float(gather)
         self.stats = WorkerStats(per_queue={s.name: s.stats for s in self.sources.all})
+        #: Its ordered (FIFO) queues' message groups: one message of a group at a time.
+        self.ordering = Ordering(
+            self.sources, self.stats, self.manager, concurrency * batch_size, self.count
+        )
         # The one queue of a single-queue worker (its messages' counts need no lookup).
         self._only: Source | None = None if self.sources.several else self.sources.all[0]
         # Handler durations, smoothed: are handlers quick enough to prefetch for?
         self.duration: float | None = None
         self.failures = 0  # receive failures in a row
-        # This run's queues that no receive has reached yet, with their last failure.
-        self._unreached: dict[int, Exception | None] = {}
-        self._asked: Source | None = None  # the queue of the receive last sent
+        #: Which of this run's queues no receive has reached yet (``Unreached``).
+        self.unreached = Unreached()
+        #: The last receive went without a long poll: groups of its FIFO queue are held.
+        self.held_back = False
 
     # ------------------------------------------------------------------ how many
 
@@ -241,10 +241,16 @@ class Intake:
         clock = self.manager.clock
         now = clock.now()
         source, may_wait = sources.pick(now)
-        self._asked = source
+        self.unreached.asked = source
         wait = self.wait_seconds
         if sources.several:
             wait = sources.long_poll(source, now, wait) if may_wait else 0.0
+        # Holding groups of a FIFO queue, a long poll would not see them let go (SQS
+        # hands out no more of a group in flight): ask without one, and, answered
+        # empty, again as soon as one is let go (``held_back``).
+        self.held_back = self.ordering.holds(source)
+        if self.held_back:
+            wait = 0.0
         try:
             messages = source.backend.receive(
                 max_messages=min(self.batch_size, free),
@@ -255,7 +261,7 @@ class Intake:
             sources.answered(source, 0, clock.now())  # a failing queue rests too
             raise
         sources.answered(source, len(messages), clock.now())
-        self._unreached.pop(id(source), None)
+        self.unreached.answered(source)
         self.failures = 0
         for message in messages:
             unwrap(message)  # a continuation's envelope is not the handler's to see
@@ -264,9 +270,13 @@ class Intake:
     def next_receive(self, asked_at: float) -> float:
         """After an empty answer to the receive sent at ``asked_at``: when to ask
         again. One queue: once its wait is up (a short poll, a driven clock: the rest
-        of it). Several: as soon as one of them is awake."""
+        of it). Several: as soon as one of them is awake. A FIFO queue asked without
+        a long poll because groups of it are held (``held_back``): at most a
+        ``MAX_REST`` later - or as soon as a group is let go (the loop waits for that)."""
         if self.sources.several:
             return self.sources.next_receive(self.manager.clock.now())
+        if self.held_back:
+            return asked_at + min(self.wait_seconds, MAX_REST)
         return asked_at + self.wait_seconds
 
     def source_of(self, lease: Lease) -> Source | None:
@@ -293,52 +303,11 @@ class Intake:
             if source is not None:
                 source.stats.refused += 1
 
-    def start_run(self) -> None:
-        """A run begins: no queue has been reached in it yet."""
-        self._unreached = {id(source): None for source in self.sources.all}
-        self._asked = None
-        self.failures = 0
-
-    def asked_unreached(self) -> bool:
-        """Whether the queue of the receive last sent is one this run has not reached."""
-        return self._asked is not None and id(self._asked) in self._unreached
-
-    def never_reached(self) -> ReceiveError | None:
-        """The last failure of a queue no receive of this run has reached (as a
-        ``ReceiveError``), or None when every queue answered at least once."""
-        for error in self._unreached.values():
-            if isinstance(error, ReceiveError):
-                return error
-            if error is not None:
-                # A custom backend's own exception: its text is not repeated.
-                unreached = ReceiveError(
-                    "retry", f"{type(error).__name__} (not a leasekeeper ReceiveError)"
-                )
-                unreached.__cause__ = error
-                return unreached
-        return None
-
-    def unreached_after(self, seconds: float) -> ReceiveError | None:
-        """``never_reached()`` once a run has lasted ``seconds`` of ``REACH_WITHIN``,
-        said in one ERROR line; None before, or when every queue answered."""
-        if seconds < REACH_WITHIN:
-            return None
-        error = self.never_reached()
-        if error is not None:
-            log.error(
-                "no answer from the queue in %gs since the worker started, stopping: %s",
-                REACH_WITHIN,
-                error,
-            )
-        return error
-
     def receive_failed(self, exc: Exception, at_most: float = 30.0) -> float | None:
         """The pause before trying again after ``exc`` (``at_most`` seconds), or None:
         stop (a fatal ``ReceiveError``: the queue was deleted, the credentials were
         refused)."""
-        asked = self._asked
-        if asked is not None and id(asked) in self._unreached:
-            self._unreached[id(asked)] = exc
+        self.unreached.failed(exc)
         if isinstance(exc, ReceiveError):
             if not exc.retryable:
                 # Retrying cannot help: stop, letting running handlers finish, and say why.
@@ -415,16 +384,41 @@ class Intake:
         return "rolled_over"
 
     def fail(self, lease: Lease, error: BaseException) -> tuple[str, Future[None] | None]:
-        """The handler raised ``error``: release the message (through the coalescer), or
-        send a poison message to the dead-letter queue. Returns what it counts as,
-        and the release to wait for."""
-        try:
-            future = self.manager.fail_soon(lease, error)
-        except ManagerClosed:
-            return "failed", None  # closed in a hurry: close() released it
-        if lease.state is LeaseState.COMPLETED:
-            return "dead_lettered", None  # copied, then deleted, already
-        return "failed", future
+        """The handler raised ``error``: send a poison message to the dead-letter queue,
+        or release the message - on a FIFO queue with the later messages of its group
+        the worker holds, in the same call (blocking: ``AsyncWorker`` takes the same
+        steps with its blocking ones off its loop). Returns what it counts as, and the
+        release to wait for."""
+        if self.dead_lettered(lease, error):
+            return "dead_lettered", None
+        futures = self.release_failed(lease, error, self.ordering.take_rest(lease))
+        return "failed", futures[0] if futures else None
+
+    def dead_lettered(self, lease: Lease, error: BaseException) -> bool:
+        """The handler raised ``error`` on a poison message, and there is a dead-letter
+        queue: send it there, then delete it (blocking: run it off an event loop).
+        False when it is no poison message, or the send failed: release it
+        (``release_failed``). The workers' half of ``LeaseManager.fail_soon``."""
+        failures = self.manager.failures
+        # The workers swallow the handler's exception: its traceback goes in the line.
+        return failures.dead_letters(lease) and failures.dead_letter_now(
+            lease, error, traceback=True
+        )
+
+    def release_failed(
+        self, lease: Lease, error: BaseException, rest: Sequence[Lease] = ()
+    ) -> list[Future[None]] | None:
+        """The handler raised ``error``: release the message after the failure policy's
+        delay - with ``rest``, the later messages of its group the worker held, in the
+        same call - through the coalescer. One future a lease, in order; None when the
+        manager was closed in a hurry (its close released them). The other half of
+        ``LeaseManager.fail_soon``."""
+        failures = self.manager.failures
+        seconds = failures.delay_for(lease, None)
+        futures = self.ordering.release_together(lease, rest, seconds, failed=True)
+        if futures is not None:
+            failures.warn_released(lease, error, seconds, traceback=True)
+        return futures
 
     def count(self, outcome: str, lease: Lease | None = None) -> None:
         """Count a finished message (``lease``'s), in total and for its queue."""
@@ -440,6 +434,74 @@ class Intake:
             source = self.sources.of(lease.message.backend)
         if source is not None:
             setattr(source.stats, field, getattr(source.stats, field) + 1)
+
+
+class Unreached:
+    """Which of a run's queues no receive has reached yet, and the last failure of
+    each: what stops a run that cannot reach its queue (docs/guide.md, "When a
+    service cannot be reached")."""
+
+    def __init__(self) -> None:
+        self._errors: dict[int, Exception | None] = {}
+        #: The queue of the receive last sent.
+        self.asked: Source | None = None
+
+    def start(self, sources: Sequence[Source]) -> None:
+        """A run begins: none of ``sources`` has been reached in it yet."""
+        self._errors = {id(source): None for source in sources}
+        self.asked = None
+
+    def answered(self, source: Source) -> None:
+        self._errors.pop(id(source), None)
+
+    def failed(self, exc: Exception) -> None:
+        """The receive last sent failed with ``exc``."""
+        if self.asked is not None and id(self.asked) in self._errors:
+            self._errors[id(self.asked)] = exc
+
+    def asked_not_reached(self) -> bool:
+        """Whether the queue of the receive last sent is one this run has not reached."""
+        return self.asked is not None and id(self.asked) in self._errors
+
+    def error(self) -> ReceiveError | None:
+        """The last failure of a queue no receive of this run has reached (as a
+        ``ReceiveError``), or None when every queue answered at least once."""
+        for error in self._errors.values():
+            if isinstance(error, ReceiveError):
+                return error
+            if error is not None:
+                # A custom backend's own exception: its text is not repeated.
+                unreached = ReceiveError(
+                    "retry", f"{type(error).__name__} (not a leasekeeper ReceiveError)"
+                )
+                unreached.__cause__ = error
+                return unreached
+        return None
+
+    def after(self, seconds: float) -> ReceiveError | None:
+        """``error()`` once a run has lasted ``seconds`` of ``REACH_WITHIN``, said in
+        one ERROR line; None before, or when every queue answered."""
+        if seconds < REACH_WITHIN:
+            return None
+        error = self.error()
+        if error is not None:
+            log.error(
+                "no answer from the queue in %gs since the worker started, stopping: %s",
+                REACH_WITHIN,
+                error,
+            )
+        return error
+
+
+def check_handler_signature(kind: str, handler: Callable[..., object]) -> None:
+    """Refuse, at construction, a handler that cannot take one message: accepted,
+    every message would fail with a TypeError and be retried for ever."""
+    problem = handler_signature_problem(handler)
+    if problem is not None:
+        raise TypeError(
+            f"{kind}'s handler {getattr(handler, '__qualname__', repr(handler))} "
+            f"{problem}; give it one parameter for the message: def handle(message)"
+        )
 
 
 def handler_signature_problem(handler: Callable[..., object]) -> str | None:
@@ -458,7 +520,7 @@ def handler_signature_problem(handler: Callable[..., object]) -> str | None:
 
 
 #: The outcomes counted under their own name; any other is "failed".
-_OUTCOMES = frozenset(("completed", "rolled_over", "lost", "dead_lettered"))
+_OUTCOMES = frozenset(("completed", "rolled_over", "lost", "dead_lettered", "held_back"))
 
 
 def _per_queue(name: str, value: Any, count: int) -> list[Any]:

@@ -39,7 +39,9 @@ class LoopState(Protocol):
 
     @property
     def running(self) -> int:
-        """Messages in hand: handled now, or waiting for a handler."""
+        """Messages in hand: handled now, or waiting for a handler. (A FIFO group's
+        messages waiting behind an earlier one count only beyond an allowance:
+        ``Intake.ordering``; and not at all once stopping, when none of them starts.)"""
         ...
 
     @property
@@ -69,6 +71,9 @@ class Wait:
 
     until: float | None
     running_at_most: int | None = None
+    #: Wait for a FIFO group to be let go - ``intake.ordering.groups.let_go`` above
+    #: this - rather than for any change (None: any change, or room).
+    let_go_above: int | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,9 @@ def receive_loop(
     failure of a queue that no receive reached - within ``REACH_WITHIN`` seconds of
     the start, or before ``until_idle`` ended the run."""
     started = idle_since = clock.now()
-    intake.start_run()
+    unreached = intake.unreached
+    unreached.start(intake.sources.all)
+    intake.failures = 0
     while not state.stopping:
         # Room: wait for a free slot, then briefly (gather) for more, so that one
         # receive brings a fuller batch.
@@ -132,6 +139,7 @@ def receive_loop(
         if state.stopping:
             break
         asked_at = clock.now()
+        let_go = intake.ordering.groups.let_go  # FIFO groups let go so far
         try:
             messages = yield Receive(min(intake.batch_size, limit - state.running))
         except Exception as exc:
@@ -144,7 +152,7 @@ def receive_loop(
             latest = now + 30.0  # the longest pause; then, where sooner, the end
             if not busy and until_idle is not None:
                 latest = min(latest, idle_since + until_idle)
-            if intake.asked_unreached():
+            if unreached.asked_not_reached():
                 latest = min(latest, started + REACH_WITHIN)
             pause = intake.receive_failed(exc, latest - now)
             if pause is None:  # a fatal ReceiveError: stop, as stop() would
@@ -152,9 +160,9 @@ def receive_loop(
                 return exc
             if not busy and until_idle is not None and now - idle_since >= until_idle:
                 break
-            unreached = intake.unreached_after(now - started)
-            if unreached is not None:
-                return unreached
+            never = unreached.after(now - started)
+            if never is not None:
+                return never
             resume = now + pause
             while clock.now() < resume and not state.stopping:
                 yield Wait(resume)
@@ -177,14 +185,20 @@ def receive_loop(
         rest = intake.next_receive(asked_at)
         if until_idle is not None and not state.running + state.unsettled:
             rest = min(rest, idle_since + until_idle)
-        if now < rest:
+        if intake.held_back:
+            # Empty, perhaps only because of the FIFO groups the worker holds itself:
+            # ask again once one of them is let go (the service may then hand it out).
+            groups = intake.ordering.groups
+            while clock.now() < rest and groups.let_go == let_go and not state.stopping:
+                yield Wait(rest, let_go_above=let_go)
+        elif now < rest:
             yield Wait(rest)
     if state.stopping:
         return None  # stopped (a signal, stop()): whatever was reached or not
-    unreached = intake.never_reached()
-    if unreached is not None:
-        log.error("idle for %gs and a queue was never reached: %s", until_idle, unreached)
-    return unreached
+    never = unreached.error()
+    if never is not None:
+        log.error("idle for %gs and a queue was never reached: %s", until_idle, never)
+    return never
 
 
 def stop_notice(signum: int, running: int, shutdown_timeout: float) -> str:

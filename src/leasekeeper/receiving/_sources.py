@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from leasekeeper.backends.contract import Backend
 from leasekeeper.backends.forwarding import ForwardingBackend
+from leasekeeper.receiving.groups import is_ordered
 from leasekeeper.receiving.stats import QueueStats
 
 __all__ = [
@@ -72,13 +73,15 @@ def queue_name(backend: object) -> str | None:
 
 @dataclass
 class Source:
-    """One queue of a worker: its backend, name, weight and figures, and where the
-    picker stands with it."""
+    """One queue of a worker: its backend, name, weight and figures, whether it keeps
+    message groups in order (``groups.is_ordered``), and where the picker stands
+    with it."""
 
     backend: Backend
     name: str
     weight: int
     stats: QueueStats
+    ordered: bool = False
     credit: int = 0  # the smooth round-robin's running credit
     rest_until: float = float("-inf")  # skipped until then: it answered empty
     empty: int = 0  # empty answers in a row
@@ -105,7 +108,7 @@ class Sources:
                 name = f"{name}#{index + 1}"
             names.append(name)
         self.all = [
-            Source(backend, name, weight, QueueStats())
+            Source(backend, name, weight, QueueStats(), is_ordered(backend))
             for backend, name, weight in zip(backends, names, weights, strict=True)
         ]
         self._by_backend = {id(source.backend): source for source in self.all}

@@ -501,7 +501,9 @@ class ChildRenewer:
         """Hold or register the lease ``frame`` names; None when it cannot be."""
         message = Message(
             id=frame.message_id,
-            body="",  # the renewer never needs the body: it stays in the worker
+            # The body, attributes and group (Message.group) stay in the worker: the
+            # renewer reads none of them, and the handler's message is the worker's.
+            body="",
             receipt=frame.receipt,
             backend=self._queues[frame.queue],
             received_at=frame.received_at,

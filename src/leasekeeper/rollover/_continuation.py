@@ -207,6 +207,8 @@ def next_hop(message: Message, checkpoint: str | None) -> Carried:
 
 def _group_of(message: Message) -> str | None:
     """The message group of a FIFO message (SQS's MessageGroupId), if it has one."""
+    if message.group is not None:
+        return message.group
     raw = message.raw
     if isinstance(raw, Mapping):
         system = raw.get("Attributes")

@@ -23,7 +23,10 @@ run on a thread of their own while the task receives and handles the next batch
 (a task holds at most two batches), so the output's writes and the service's
 round trips overlap instead of adding up. A handler that raises has
 its message released (``release_delay``, growing with the receive count through
-``release_backoff``) and a ``released`` row with the error. When an executor or a
+``release_backoff``) and a ``released`` row with the error. On a FIFO queue
+(``backend.fifo``) a batch's message groups run one message at a time, in order; a
+message that does not end well goes back with the later ones of its group (their
+rows: ``released``, "held back"), and a group's deletes are sent in order. When an executor or a
 Python worker dies mid-message, its leases lapse after one short visibility
 timeout and another task takes the message over. Delivery is at least once:
 handlers must be idempotent. The returned DataFrame keeps one row per message id,
@@ -41,8 +44,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Literal
 
 from leasekeeper.backends.contract import Backend, Message
@@ -50,6 +54,7 @@ from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import LeaseError, LeaseLost, LeaseTooShort
 from leasekeeper.lease import Lease, LeaseState
 from leasekeeper.manager import LeaseManager
+from leasekeeper.receiving.groups import GroupKey, Groups, in_waves, is_ordered
 from leasekeeper.spark.sources import Source, as_source, build_backend
 
 if TYPE_CHECKING:
@@ -160,9 +165,10 @@ def _row(
 
 
 def _run_handler(
-    spec: _TaskSpec, lease: Lease, task: int, attempt: int
+    spec: _TaskSpec, lease: Lease, task: int, attempt: int, release: bool = True
 ) -> tuple[dict[str, Any], bool]:
-    """Run the handler for one leased message. Returns its row and whether to delete."""
+    """Run the handler for one leased message. Returns its row and whether to delete.
+    ``release``: release it if the handler raises (else its caller does)."""
     started = time.time()
     t0 = time.monotonic()
     error: str | None = None
@@ -178,7 +184,8 @@ def _run_handler(
         status = "released"
         error = f"{type(exc).__name__}: {exc}"
         try:
-            lease.release()
+            if release:
+                lease.release()
         except LeaseError as release_error:
             log.warning("release of message %r failed: %s", lease.id, release_error)
     duration = time.monotonic() - t0
@@ -199,6 +206,83 @@ def _run_handler(
         attempt=attempt,
     )
     return row, status == "completed" or (status == "abandoned" and lease.visible_for() > 0)
+
+
+def _handle_batch(
+    spec: _TaskSpec,
+    manager: LeaseManager,
+    pool: ThreadPoolExecutor,
+    leases: list[Lease],
+    *,
+    ordered: bool,
+    task: int,
+    attempt: int,
+) -> list[tuple[dict[str, Any], bool]]:
+    """The handler run on a batch's leases on ``pool``: each one's row and whether to
+    delete it, in order. On a FIFO queue a group one at a time, in order (``Groups``),
+    groups in parallel; one that does not end well is released with the later ones of
+    its group in one call, and those get a ``released`` row, unhandled (held back)."""
+    groups: Groups[int] = Groups()
+    results: dict[int, tuple[dict[str, Any], bool]] = {}
+
+    def key(index: int) -> GroupKey | None:
+        group = leases[index].message.group
+        return None if group is None or not ordered else ("", group)
+
+    def start(index: int) -> Future[tuple[dict[str, Any], bool]]:
+        # A FIFO group's failed message goes back with the rest of its group (below).
+        return pool.submit(_run_handler, spec, leases[index], task, attempt, key(index) is None)
+
+    running = {start(i): i for i in range(len(leases)) if groups.add(key(i), i)}
+    while running:
+        finished, _ = wait(running, return_when=FIRST_COMPLETED)
+        for future in finished:
+            index = running.pop(future)
+            row, delete = results[index] = future.result()
+            if key(index) is None:
+                continue
+            if delete:  # ended well: the group's next
+                following = groups.done(key(index))
+                if following is not None:
+                    running[start(following)] = following
+                continue
+            rest = groups.drop(key(index))
+            for later in rest:
+                results[later] = (_held_back_row(spec, leases[later], row, task, attempt), False)
+            _hold_back(manager, leases[index], row, [leases[later] for later in rest])
+    return [results[index] for index in range(len(leases))]
+
+
+def _hold_back(manager: LeaseManager, lease: Lease, row: dict[str, Any], rest: list[Lease]) -> None:
+    """``lease`` of a FIFO group did not end well (``row``): release the later ``rest`` with
+    it, in one call - after the failure policy's delay if it failed, else at once."""
+    failed = row["status"] == "released" and lease.state is LeaseState.ACTIVE
+    leases = [lease, *rest] if failed else rest
+    if not leases:
+        return
+    delay = manager.failures.delay_for(lease, None) if failed else 0.0
+    errors = manager.release_many(leases, delay)
+    if failed and errors[0] is not None:
+        log.warning("release of message %r failed: %s", lease.id, errors[0])
+        if lease.state is LeaseState.LOST:
+            row["status"], row["error"] = "lost", lease.reason
+
+
+def _held_back_row(
+    spec: _TaskSpec, lease: Lease, before: dict[str, Any], task: int, attempt: int
+) -> dict[str, Any]:
+    """The row of a message released unhandled behind ``before`` (its group's)."""
+    return _row(
+        spec=spec,
+        lease=lease,
+        status="released",
+        started=time.time(),
+        duration=0.0,
+        error=f"held back: message {before['id']} before it in its group was {before['status']}",
+        output=None,
+        task=task,
+        attempt=attempt,
+    )
 
 
 def _write_rows(output: str, name: str, rows: list[dict[str, Any]]) -> None:
@@ -245,13 +329,27 @@ def _finish(
     if rows:
         _write_rows(spec.output, name, rows)
     done = [lease for lease, (_, delete) in zip(leases, results, strict=True) if delete]
-    for error in manager.complete_many(done) if done else []:
-        if isinstance(error, LeaseLost):
-            # The row says completed; another task may redo the message and
-            # write its own completed row, which the result deduplicates.
-            log.warning("delete after a written row failed: %s", error)
-        elif error is not None:
-            log.warning("delete failed (the message will reappear): %s", error)
+    # A FIFO group's deletes in order: one wave a position in the group, and a group
+    # whose delete failed has its later messages released, not deleted.
+    failed_groups: set[str] = set()
+    held_back: list[Lease] = []
+    by_group = attrgetter("message.group")
+    for wave in in_waves(done, by_group) if is_ordered(manager.backend) else [done]:
+        held_back += [lease for lease in wave if lease.message.group in failed_groups]
+        sent = [lease for lease in wave if lease.message.group not in failed_groups]
+        for lease, error in zip(sent, manager.complete_many(sent) if sent else [], strict=True):
+            if error is None:
+                continue
+            if lease.message.group is not None:
+                failed_groups.add(lease.message.group)
+            if isinstance(error, LeaseLost):
+                # The row says completed; another task may redo the message and
+                # write its own completed row, which the result deduplicates.
+                log.warning("delete after a written row failed: %s", error)
+            else:
+                log.warning("delete failed (the message will reappear): %s", error)
+    if held_back:  # done, but behind a message of their group that is not gone: again
+        manager.release_many(held_back, 0.0)
     statuses: dict[str, int] = {}
     for row in rows:
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1
@@ -270,6 +368,7 @@ def _run_task(spec: _TaskSpec, task: int) -> dict[str, Any]:
     attempt = context.attemptNumber() if context is not None else 0
     backend, manager = _process_manager(spec.source, spec.config, spec.renewer)
     manager.start()  # a renewer process renews before the first receive
+    ordered = is_ordered(backend)  # a FIFO queue: each message group in order
     tally = _TaskTally(task, attempt)
     begun = time.monotonic()
     idle_since = begun
@@ -313,10 +412,9 @@ def _run_task(spec: _TaskSpec, task: int) -> dict[str, Any]:
                     except LeaseTooShort as exc:
                         log.warning("%s; left for another task", exc)
                 held = [*held, *leases]  # a new list: the one being finished is its own
-                futures = [
-                    pool.submit(_run_handler, spec, lease, task, attempt) for lease in leases
-                ]
-                results = [future.result() for future in futures]
+                results = _handle_batch(
+                    spec, manager, pool, leases, ordered=ordered, task=task, attempt=attempt
+                )
                 settle()  # one batch finishing at a time: a task holds at most two
                 held = list(leases)
                 name = f"part-{spec.run_id}-{task:05d}-{attempt}-{batch_no:06d}.parquet"
@@ -529,6 +627,9 @@ def drain(
     threads run per task (default: ``batch_size``). ``config`` is the LeaseConfig
     of the executors' managers; by default failed messages are released for
     ``max(10, 2 * idle_seconds)`` seconds, doubling per receive.
+
+    On a FIFO queue each message group's order is kept: see docs/guide.md,
+    "Ordered (FIFO) queues".
 
     ``renewer="process"`` renews from a process beside each executor's Python
     worker (built from ``source``, with the executor's credentials), so handlers
