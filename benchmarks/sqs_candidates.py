@@ -25,7 +25,9 @@ class BotocoreSigned(LeanPath):
 
     signer: Any = SigV4Auth
 
-    def _signed_headers(self, operation: str, body: bytes) -> dict[str, str]:
+    def _headers(
+        self, operation: str, body: bytes, invocation: str, attempt: int
+    ) -> dict[str, str]:
         headers = {
             "Content-Type": JSON_CONTENT_TYPE,
             "X-Amz-Target": "AmazonSQS." + operation,
@@ -34,7 +36,7 @@ class BotocoreSigned(LeanPath):
         request = AWSRequest(method="POST", url=self.endpoint, data=body, headers=headers)
         credentials = self._credentials.get_frozen_credentials()
         self.signer(credentials, "sqs", self._region).add_auth(request)
-        return dict(request.headers.items())
+        return dict(request.headers.items())  # (no User-Agent: the signer's cost alone)
 
 
 class HttpClientPath(LeanPath):
@@ -46,10 +48,10 @@ class HttpClientPath(LeanPath):
         self._host, self._port = parts.hostname or "", parts.port or 80
         self._local = threading.local()
 
-    def _send(self, operation: str, body: bytes) -> Any:
+    def _send(self, operation: str, body: bytes, invocation: str, attempt: int) -> Any:
         from leasekeeper.backends.sqs.lean import _Answer
 
-        headers = self._signed_headers(operation, body)
+        headers = self._headers(operation, body, invocation, attempt)
         connection = getattr(self._local, "connection", None)
         if connection is None:
             connection = self._local.connection = http.client.HTTPConnection(
@@ -82,8 +84,7 @@ def candidates(client: Any) -> dict[str, Call]:
         import orjson
 
         class OrjsonCoded(LeanPath):
-            encode = staticmethod(orjson.dumps)
-            decode = staticmethod(orjson.loads)
+            encode = staticmethod(orjson.dumps)  # (answers: the stdlib's json, as shipped)
 
         out["lean, orjson codec"] = OrjsonCoded.of(client).call
     return out

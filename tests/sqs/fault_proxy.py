@@ -33,6 +33,12 @@ was forwarded; a forwarded extend moves it to then + its timeout), and:
 - a batch forwards only the entries the real service would apply and merges the
   answers for the others in, in entry order, under their own Ids.
 
+- a receive of a FIFO queue that carries a ReceiveRequestAttemptId seen less than
+  five minutes before is answered the earlier answer - the same messages and
+  receipt handles - and not forwarded (SQS's documented deduplication of receive
+  attempts, which moto does not model; the messages were not touched since, which
+  the tests that use it see to).
+
 That needs every receive of the queue to pass through the proxy, so a competing
 consumer must use it too (another client on ``proxy.url``), or its re-receives
 go unseen. The emulated service is strictly serialised: receives (long polls are
@@ -237,6 +243,7 @@ class FaultProxy:
         real_sqs: bool = False,
         visibility_timeout: float | None = None,
         poll_interval: float = 0.02,
+        max_faults: int | None = None,
     ) -> None:
         parts = urlsplit(upstream)
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
@@ -251,6 +258,11 @@ class FaultProxy:
         self.forwarded: Counter[str] = Counter()  # by action
         self.injected: Counter[str] = Counter()  # by kind
         self.targeted = 0  # requests of a targeted action
+        self.max_faults = max_faults  # injected at most this many (None: no limit)
+        # (queue, ReceiveRequestAttemptId) -> (when, the answer): SQS's receive attempts
+        self._attempts: dict[
+            tuple[str, str], tuple[float, tuple[int, list[tuple[str, str]], bytes]]
+        ] = {}
         self.real_sqs = real_sqs
         self.tracker = ReceiptTracker()
         self.visibility_timeout = visibility_timeout  # the queues' own, if given
@@ -312,6 +324,8 @@ class FaultProxy:
                 return delay, None
             self.targeted += 1
             if self._rng.random() >= self.error_rate:
+                return delay, None
+            if self.max_faults is not None and sum(self.injected.values()) >= self.max_faults:
                 return delay, None
             kind = self._rng.choice(self.kinds)
             self.injected[kind] += 1
@@ -414,6 +428,15 @@ class FaultProxy:
         self, path: str, headers: dict[str, str], payload: dict[str, Any]
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         url = str(payload["QueueUrl"])
+        attempt = payload.get("ReceiveRequestAttemptId")
+        key = (queue_key(url), str(attempt))
+        if attempt is not None and url.rstrip("/").endswith(".fifo"):
+            with self._service:
+                seen = self._attempts.get(key)
+                if seen is not None and time.monotonic() - seen[0] < 300:
+                    with self._lock:
+                        self.forwarded["ReceiveMessage:replayed"] += 1
+                    return seen[1]
         asked = payload.get("VisibilityTimeout")
         timeout = float(asked) if asked is not None else self._queue_timeout(path, headers, url)
         # A long poll becomes short polls, so no poll holds the service for long.
@@ -433,6 +456,9 @@ class FaultProxy:
                         sent_at + timeout,
                     )
             if status != 200 or parsed.get("Messages") or time.monotonic() >= wait_until:
+                if attempt is not None and status == 200:
+                    with self._service:
+                        self._attempts[key] = (time.monotonic(), (status, answer_headers, answer))
                 return status, answer_headers, answer
             time.sleep(self.poll_interval)
 
@@ -630,6 +656,12 @@ def main() -> None:
         help="the queues' own VisibilityTimeout (default: read with GetQueueAttributes)",
     )
     parser.add_argument("--poll-interval", type=float, default=0.02)
+    parser.add_argument("--max-faults", type=int, default=None)
+    parser.add_argument(
+        "--actions",
+        default=",".join(sorted(VISIBILITY_ACTIONS)),
+        help="the SQS actions whose requests may fail, comma-separated",
+    )
     options = parser.parse_args()
     proxy = FaultProxy(
         options.upstream,
@@ -641,6 +673,8 @@ def main() -> None:
         real_sqs=options.real_sqs,
         visibility_timeout=options.visibility_timeout,
         poll_interval=options.poll_interval,
+        max_faults=options.max_faults,
+        actions=frozenset(options.actions.split(",")),
     )
     print(f"PORT {proxy.url.rsplit(':', 1)[1]}", flush=True)
     proxy._server.serve_forever()

@@ -16,7 +16,7 @@ import pytest
 from botocore.config import Config
 
 from leasekeeper.backends.sqs import SQSBackend
-from leasekeeper.backends.sqs.lean import lean_path, parse_error, why_not
+from leasekeeper.backends.sqs.lean import lean_path, why_not
 from leasekeeper.errors import ReceiveError
 from tests.sqs.scripted import ScriptedSQS
 from tests.sqs.stubbed import QUEUE_URL, REGION, handles
@@ -180,17 +180,3 @@ def test_fast_path_false_keeps_every_call_on_the_client(script: ScriptedSQS) -> 
     backend = SQSBackend(client_of(script.url), QUEUE_URL, fast_path=False)
     assert backend.lean is None
     assert dict(backend.spec().options).get("fast_path") is False  # and so where rebuilt
-
-
-def test_an_error_answer_reads_as_botocore_reads_it() -> None:
-    headers = {"x-amzn-query-error": "AWS.SimpleQueueService.NonExistentQueue;Sender"}
-    body = b'{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"gone"}'
-    error = parse_error(400, headers, body)["Error"]
-    assert error == {
-        "Code": "AWS.SimpleQueueService.NonExistentQueue",
-        "QueryErrorCode": "QueueDoesNotExist",
-        "Type": "Sender",
-        "Message": "gone",
-    }
-    # a 5xx with an HTML page (a load balancer): the status is the code
-    assert parse_error(502, {}, b"<html>Bad Gateway</html>")["Error"]["Code"] == "502"

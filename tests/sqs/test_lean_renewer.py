@@ -147,8 +147,8 @@ def test_a_deferred_client_fails_and_retries_as_the_client_would(
         assert outcomes[0] == outcomes[1]
         [outcome] = outcomes[0]
         assert outcome.kind == "retry" and "ServiceUnavailable" in outcome.detail
-        # One attempt needs no client; a retry decision asks the client's model of it.
-        assert ("made=True" in repr(lean.client)) is client_retries
+        # An error answer is read by botocore's own parser, on the client's model.
+        assert "made=True" in repr(lean.client)
 
 
 def test_a_call_the_lean_path_does_not_make_makes_the_client() -> None:

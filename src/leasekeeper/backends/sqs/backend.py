@@ -36,17 +36,17 @@ from leasekeeper.backends.shared import (
     whole_seconds,
 )
 from leasekeeper.backends.spec import URLSpec
+from leasekeeper.backends.sqs.attempts import ReceiveAttempts
+from leasekeeper.backends.sqs.deferred import DeferredClient, renewal_options
 from leasekeeper.backends.sqs.errors import classify_error, classify_with_text, scrub
 from leasekeeper.backends.sqs.lean import (
     CLIENT_METHODS,
     OWN_CALL,
-    DeferredClient,
     LazyModule,
     LeanPath,
     hooks_problem,
     lean_path,
     one_attempt_on,
-    renewal_options,
 )
 from leasekeeper.backends.sqs.rebuild import sqs_credentials_problem, sqs_secrets, sqs_settings
 from leasekeeper.clock import SYSTEM_CLOCK, Clock
@@ -131,7 +131,11 @@ class SQSBackend(CloudBackend):
       ``visibility_timeout`` 0-43200 s, None: the queue's VisibilityTimeout, read
       once) with every attribute: ``receive_count`` is ApproximateReceiveCount,
       ``attributes`` the String and Number MessageAttributes. ChangeMessageVisibility
-      keeps the receipt: ``rotates_receipts`` is False.
+      keeps the receipt: ``rotates_receipts`` is False. On a FIFO queue each receive
+      carries a ReceiveRequestAttemptId, sent again by the retries of the call and
+      by the next receive after one that failed in transit (``attempts``), so SQS
+      hands out the same messages instead of hiding them, and their groups, for a
+      visibility timeout.
     - ``extend``/``release``: ChangeMessageVisibilityBatch (the timeout rounded up,
       the delay down), ``delete``: DeleteMessageBatch, for any number of handles,
       even one: one code path and one set of IAM permissions.
@@ -196,6 +200,7 @@ class SQSBackend(CloudBackend):
         self.max_lease_age = check_lease_age(max_lease_age, float(MAX_VISIBILITY))
         self._lease_age_given = max_lease_age is not None
         self._attributes = ReadOnce(self._read_attributes)
+        self._attempts = ReceiveAttempts(self.clock)
 
     def _adopt(self, client: Any) -> None:
         if not self.client_retries:
@@ -319,9 +324,17 @@ class SQSBackend(CloudBackend):
             params["MessageSystemAttributeNames"] = ["All"]
         else:  # pragma: no cover - botocore older than MessageSystemAttributeNames
             params["AttributeNames"] = ["All"]
+        attempt = self._attempts.take() if self.fifo else None
+        if attempt is not None:
+            params["ReceiveRequestAttemptId"] = attempt
         # Rule 1: the deadline counts from just before the request is sent.
         received_at = self.clock.now()
-        response = self.call("receive", lambda: self._hot("ReceiveMessage", params))
+        try:
+            response = self.call("receive", lambda: self._hot("ReceiveMessage", params))
+        except ReceiveError as failed:
+            if attempt is not None and failed.kind == "retry":
+                self._attempts.failed(attempt)  # the next receive asks again with it
+            raise
         messages = [
             self._message(raw, raw, received_at, vis) for raw in response.get("Messages", [])
         ]
@@ -470,7 +483,7 @@ class SQSBackend(CloudBackend):
             response = self._hot(name, params, retries=self.client_retries)
         finally:
             OWN_CALL.active = False
-        return self._outcomes(operation, handles, response)
+        return batch_outcomes(self, operation, handles, response)
 
     def _hot(self, operation: str, params: dict[str, Any], *, retries: bool = True) -> Any:
         """A hot call: through the lean path where it can stand in for the client."""
@@ -478,35 +491,6 @@ class SQSBackend(CloudBackend):
         if lean is not None and lean.usable():
             return lean.call(operation, params, retries=retries)
         return getattr(self._client, CLIENT_METHODS[operation])(**params)
-
-    def _outcomes(
-        self, operation: str, handles: Sequence[Handle], answer: Mapping[str, Any]
-    ) -> list[Outcome]:
-        """One outcome per handle, in order, from a batch answer's ``Successful`` and
-        ``Failed`` entries (their Ids are the handles' indexes); in neither: "retry"."""
-        receipts = [handle.receipt for handle in handles]
-        found = {str(entry.get("Id")): OK for entry in answer.get("Successful", [])}
-        for entry in answer.get("Failed", []):
-            entry_id, text = str(entry.get("Id")), str(entry.get("Message", "") or "")
-            fault = entry.get("SenderFault")
-            kind, detail = classify_error(
-                str(entry.get("Code", "") or ""),
-                message=text,
-                sender_fault=fault if isinstance(fault, bool) else None,
-            )
-            found[entry_id] = failure = Outcome(kind, detail=scrub(detail, receipts))
-            which = [h for i, h in enumerate(handles) if str(i) == entry_id] or handles
-            self.log_failure(operation, which, failure, said(scrub(text, receipts)))
-        out = [found.get(str(index), _MISSING) for index in range(len(handles))]
-        if _MISSING in out:
-            log.warning(
-                "%s on %s: %d entries missing from both Successful and Failed; treated as "
-                "transient",
-                operation,
-                self.queue_url,
-                out.count(_MISSING),
-            )
-        return out
 
     # ------------------------------------------------------------------ errors
 
@@ -518,6 +502,35 @@ class SQSBackend(CloudBackend):
     def failure_note(self, exc: BaseException, receipts: Sequence[str]) -> str:
         _, _, text = classify_with_text(exc)
         return said(scrub(text, receipts))
+
+
+def batch_outcomes(
+    backend: SQSBackend, operation: str, handles: Sequence[Handle], answer: Mapping[str, Any]
+) -> list[Outcome]:
+    """One outcome per handle, in order, from a batch answer's ``Successful`` and
+    ``Failed`` entries (their Ids are the handles' indexes); in neither: "retry"."""
+    receipts = [handle.receipt for handle in handles]
+    found = {str(entry.get("Id")): OK for entry in answer.get("Successful", [])}
+    for entry in answer.get("Failed", []):
+        entry_id, text = str(entry.get("Id")), str(entry.get("Message", "") or "")
+        fault = entry.get("SenderFault")
+        kind, detail = classify_error(
+            str(entry.get("Code", "") or ""),
+            message=text,
+            sender_fault=fault if isinstance(fault, bool) else None,
+        )
+        found[entry_id] = failure = Outcome(kind, detail=scrub(detail, receipts))
+        which = [h for i, h in enumerate(handles) if str(i) == entry_id] or handles
+        backend.log_failure(operation, which, failure, said(scrub(text, receipts)))
+    out = [found.get(str(index), _MISSING) for index in range(len(handles))]
+    if _MISSING in out:
+        log.warning(
+            "%s on %s: %d entries missing from both Successful and Failed; treated as transient",
+            operation,
+            backend.queue_url,
+            out.count(_MISSING),
+        )
+    return out
 
 
 def _native(raw: Any, queue_url: str) -> tuple[Mapping[str, Any], Any]:

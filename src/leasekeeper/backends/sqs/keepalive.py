@@ -19,6 +19,15 @@ server cannot have answered a request it did not get whole, whereas one that
 got no answer may have been carried out (a ReceiveMessage would hide its
 messages), which the caller's retry policy decides, as for botocore.
 
+What it guards against: the idle check is a ``poll`` (``select.select`` refuses a
+socket numbered past 1023, which a busy worker holds); interim answers (``100
+Continue`` and the other 1xx) are skipped; an answer that announces more than
+``MAX_BODY`` is refused before a byte of it is read, and every ``recv`` asks for at
+most ``_READ_SIZE`` (a ``Content-Length`` never sizes a buffer); and one exchange -
+connect, send and answer - ends within the connect and read timeouts added up,
+however slowly an answer trickles in (the read timeout alone is per socket
+operation, as urllib3's).
+
 Failures raise the ``OSError`` subclasses of the standard library (``socket.timeout``,
 ``ConnectionError``, ``ssl.SSLError``) wrapped in ``ExchangeError`` which says
 which phase failed; the SQS path maps them to botocore's exceptions.
@@ -30,13 +39,19 @@ import ipaddress
 import select
 import socket
 import ssl
+import threading
+import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-__all__ = ["ExchangeError", "KeepAlivePool"]
+__all__ = ["MAX_BODY", "ExchangeError", "KeepAlivePool"]
 
 _READ_SIZE = 65536
 _MAX_HEAD = 65536
+#: The longest body an answer may announce: ten SQS messages of 1 MiB, their
+#: attributes and JSON's escapes fit many times over.
+MAX_BODY = 64 * 1024 * 1024
+_POLLIN = getattr(select, "POLLIN", 1)
 
 
 class ExchangeError(Exception):
@@ -58,6 +73,17 @@ def _address_family(host: str) -> socket.AddressFamily | None:
         return None
 
 
+def _readable(sock: socket.socket) -> bool:
+    """Is there something to read on ``sock`` now (or has its peer closed it)?
+    ``poll`` works at any descriptor number; ``select`` only below 1024."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, _POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([sock], [], [], 0)  # pragma: no cover - no poll()
+    return bool(readable)
+
+
 class _Connection:
     __slots__ = ("sock",)
 
@@ -67,10 +93,9 @@ class _Connection:
     def dropped(self) -> bool:
         """Did the server close this idle connection (or send something unasked)?"""
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
+            return _readable(self.sock)
         except (OSError, ValueError):
             return True
-        return bool(readable)
 
     def close(self) -> None:
         self.sock.close()
@@ -92,18 +117,36 @@ class KeepAlivePool:
         connect_timeout: float | None,
         read_timeout: float | None,
         maxsize: int = 10,
-        tls: ssl.SSLContext | None = None,
+        tls: ssl.SSLContext | Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
+        """``tls``: an SSL context, or a function that makes one, called at the first
+        connection (loading a CA bundle can fail: each exchange then fails as its
+        connect would, ``ExchangeError("connect", ...)``, and tries again)."""
         self._address = (host, port)
         self._literal = _address_family(host)
         self._server_hostname = host
         self._host_line = f"Host: {host_header}\r\n"
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
-        self._tls = tls
+        # One exchange ends within both timeouts added up (None: no limit, as theirs).
+        self._budget = (
+            None
+            if connect_timeout is None or read_timeout is None
+            else connect_timeout + read_timeout
+        )
+        self._tls: ssl.SSLContext | None = tls if isinstance(tls, ssl.SSLContext) else None
+        self._make_tls = tls if callable(tls) and self._tls is None else None
+        self._tls_lock = threading.Lock()
         self._maxsize = max(1, maxsize)
         # LIFO of idle connections: deque's append and pop are atomic, no lock needed
         self._idle: deque[_Connection] = deque()
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        if self._tls is None and self._make_tls is not None:
+            with self._tls_lock:
+                if self._tls is None:
+                    self._tls = self._make_tls()
+        return self._tls
 
     def _connect(self) -> _Connection:
         try:
@@ -121,10 +164,11 @@ class KeepAlivePool:
             raise ExchangeError("connect", exc) from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._tls is not None:
-                sock = self._tls.wrap_socket(sock, server_hostname=self._server_hostname)
+            tls = self._tls_context()
+            if tls is not None:
+                sock = tls.wrap_socket(sock, server_hostname=self._server_hostname)
             sock.settimeout(self._read_timeout)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             sock.close()
             raise ExchangeError("connect", exc) from None
         return _Connection(sock)
@@ -153,6 +197,8 @@ class KeepAlivePool:
         head.extend(f"{name}: {value}\r\n" for name, value in headers.items())
         head.append(f"Content-Length: {len(body)}\r\n\r\n")
         request = "".join(head).encode("latin-1") + body
+        budget = self._budget
+        deadline = None if budget is None else time.monotonic() + budget
         connection, reused = self._checkout()
         try:
             connection.sock.sendall(request)
@@ -167,74 +213,19 @@ class KeepAlivePool:
             except OSError as again:
                 connection.close()
                 raise ExchangeError("send", again) from None
+        reader = _Reader(connection.sock, deadline)
         try:
-            status, found, data, keep = self._read(connection.sock)
+            status, found, data, keep = reader.answer()
         except (OSError, ValueError) as exc:
             connection.close()
             raise ExchangeError("read", exc) from None
         if keep:
+            if reader.lowered:
+                connection.sock.settimeout(self._read_timeout)
             self._checkin(connection)
         else:
             connection.close()
         return status, found, data
-
-    @staticmethod
-    def _read(sock: socket.socket) -> tuple[int, dict[str, str], bytes, bool]:
-        """One answer off ``sock``: status, headers, body, and whether the
-        connection may carry another request. Reads with ``recv`` into one buffer
-        (an answer of SQS's size usually arrives in one or two reads)."""
-        data = sock.recv(_READ_SIZE)
-        if not data:
-            raise ConnectionError("the server closed the connection without an answer")
-        end = data.find(b"\r\n\r\n")
-        while end < 0:
-            if len(data) > _MAX_HEAD:
-                raise ConnectionError("the answer's headers are too long")
-            more = sock.recv(_READ_SIZE)
-            if not more:
-                raise ConnectionError("the answer ended within its headers")
-            data += more
-            end = data.find(b"\r\n\r\n", max(0, len(data) - len(more) - 3))
-        lines = data[:end].decode("latin-1").split("\r\n")
-        version, _, rest = lines[0].partition(" ")
-        code = rest[:3]
-        if not version.startswith("HTTP/") or not code.isdigit():
-            raise ConnectionError("not an HTTP answer")
-        status = int(code)
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            key = name.strip().lower()
-            value = value.strip()
-            headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        connection = headers.get("connection", "").lower()
-        keep = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
-        body = data[end + 4 :]
-        if status < 200 or status in (204, 304):  # no body (1xx are not expected here)
-            return status, headers, b"", keep and not body
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            return status, headers, _read_chunked(sock, body), False
-        length = headers.get("content-length")
-        if length is None:  # the body runs to the end of the stream
-            parts = [body]
-            while True:
-                more = sock.recv(_READ_SIZE)
-                if not more:
-                    return status, headers, b"".join(parts), False
-                parts.append(more)
-        size = int(length)
-        if len(body) < size:
-            parts = [body]
-            got = len(body)
-            while got < size:
-                more = sock.recv(max(_READ_SIZE, size - got))
-                if not more:
-                    raise ConnectionError("the answer ended within its body")
-                parts.append(more)
-                got += len(more)
-            body = b"".join(parts)
-        # anything after the body was not asked for: the connection is not reused
-        return status, headers, body[:size], keep and len(body) == size
 
     def close(self) -> None:
         while True:
@@ -244,24 +235,130 @@ class KeepAlivePool:
                 return
 
 
-def _read_chunked(sock: socket.socket, data: bytes) -> bytes:
-    """A chunked body (``data`` what arrived of it with the headers), read to its end;
-    the connection is not reused after one (SQS does not send them)."""
-    parts: list[bytes] = []
-    while True:
-        while b"\r\n" not in data:
-            more = sock.recv(_READ_SIZE)
-            if not more:
-                raise ConnectionError("the answer ended within a chunk")
-            data += more
-        line, _, data = data.partition(b"\r\n")
-        size = int(line.split(b";", 1)[0].strip(), 16)
-        if size == 0:
-            return b"".join(parts)  # trailers, if any, go with the connection
-        while len(data) < size + 2:
-            more = sock.recv(_READ_SIZE)
-            if not more:
-                raise ConnectionError("the answer ended within a chunk")
-            data += more
-        parts.append(data[:size])
-        data = data[size + 2 :]
+class _Reader:
+    """Reads one answer off a socket: status, headers, body, and whether the
+    connection may carry another request. Each ``recv`` asks for at most
+    ``_READ_SIZE`` and waits no longer than the read timeout or what is left of
+    the exchange's ``deadline`` (monotonic; None: none)."""
+
+    __slots__ = ("deadline", "lowered", "read_timeout", "sock")
+
+    def __init__(self, sock: socket.socket, deadline: float | None) -> None:
+        self.sock = sock
+        self.deadline = deadline
+        self.read_timeout = sock.gettimeout()
+        self.lowered = False  # the socket's timeout was cut to the deadline
+
+    def recv(self, size: int = _READ_SIZE) -> bytes:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the answer took longer than the connect and read timeouts")
+            timeout = self.read_timeout
+            if timeout is None or left < timeout:  # (a syscall: only once it matters)
+                self.sock.settimeout(left)
+                self.read_timeout = left
+                self.lowered = True
+        return self.sock.recv(min(size, _READ_SIZE))
+
+    def answer(self) -> tuple[int, dict[str, str], bytes, bool]:
+        """An answer of SQS's size usually arrives in one or two reads."""
+        data = self.recv()
+        if not data:
+            raise ConnectionError("the server closed the connection without an answer")
+        while True:
+            end = data.find(b"\r\n\r\n")
+            while end < 0:
+                if len(data) > _MAX_HEAD:
+                    raise ConnectionError("the answer's headers are too long")
+                more = self.recv()
+                if not more:
+                    raise ConnectionError("the answer ended within its headers")
+                data += more
+                end = data.find(b"\r\n\r\n", max(0, len(data) - len(more) - 3))
+            lines = data[:end].decode("latin-1").split("\r\n")
+            version, _, rest = lines[0].partition(" ")
+            code = rest[:3]
+            if not version.startswith("HTTP/") or not code.isdigit():
+                raise ConnectionError("not an HTTP answer")
+            status = int(code)
+            data = data[end + 4 :]
+            if 100 <= status < 200 and status != 101:  # interim (100 Continue): the answer follows
+                if not data:
+                    data = self.recv()
+                    if not data:
+                        raise ConnectionError(
+                            "the server closed the connection after an interim answer"
+                        )
+                continue
+            break
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            key = name.strip().lower()
+            value = value.strip()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        connection = headers.get("connection", "").lower()
+        keep = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
+        body = data
+        if status < 200 or status in (204, 304):  # no body (101 is not expected here)
+            return status, headers, b"", keep and not body
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            return status, headers, self.chunked(body), False
+        length = headers.get("content-length")
+        if length is None:  # the body runs to the end of the stream
+            parts = [body]
+            got = len(body)
+            while True:
+                more = self.recv()
+                if not more:
+                    return status, headers, b"".join(parts), False
+                got += len(more)
+                if got > MAX_BODY:
+                    raise ConnectionError("the answer's body is longer than leasekeeper reads")
+                parts.append(more)
+        if not length.strip().isdigit():
+            raise ConnectionError("the answer's Content-Length is not a number")
+        size = int(length)
+        if size > MAX_BODY:
+            raise ConnectionError(
+                f"the answer announces a body of {size} bytes (leasekeeper reads up to {MAX_BODY})"
+            )
+        if len(body) < size:
+            parts = [body]
+            got = len(body)
+            while got < size:
+                more = self.recv(size - got)
+                if not more:
+                    raise ConnectionError("the answer ended within its body")
+                parts.append(more)
+                got += len(more)
+            body = b"".join(parts)
+        # anything after the body was not asked for: the connection is not reused
+        return status, headers, body[:size], keep and len(body) == size
+
+    def chunked(self, data: bytes) -> bytes:
+        """A chunked body (``data`` what arrived of it with the headers), read to its
+        end; the connection is not reused after one (SQS does not send them)."""
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            while b"\r\n" not in data:
+                more = self.recv()
+                if not more or len(data) > _MAX_HEAD:
+                    raise ConnectionError("the answer ended within a chunk")
+                data += more
+            line, _, data = data.partition(b"\r\n")
+            size = int(line.split(b";", 1)[0].strip(), 16)
+            if size == 0:
+                return b"".join(parts)  # trailers, if any, go with the connection
+            total += size
+            if total > MAX_BODY:
+                raise ConnectionError("the answer's body is longer than leasekeeper reads")
+            while len(data) < size + 2:
+                more = self.recv(size + 2 - len(data))
+                if not more:
+                    raise ConnectionError("the answer ended within a chunk")
+                data += more
+            parts.append(data[:size])
+            data = data[size + 2 :]

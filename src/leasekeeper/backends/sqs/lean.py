@@ -5,32 +5,35 @@ A worker spends its day on three calls: ReceiveMessage, DeleteMessageBatch and
 ChangeMessageVisibilityBatch. Through a boto3 client each one goes through about
 a dozen event hooks, parameter validation, the model-driven serialiser and parser
 and a fresh request object, which costs more CPU than the work of the call.
-``LeanPath`` makes the same calls as botocore would put them on the wire, the
-AWS JSON 1.0 protocol (``X-Amz-Target: AmazonSQS.<operation>``,
-``Content-Type: application/x-amz-json-1.0``, ``x-amzn-query-mode: true``),
-with what matters of the client kept:
+``LeanPath`` puts the same request on the wire as the client would, the AWS JSON
+1.0 protocol (X-Amz-Target ``AmazonSQS.<operation>``, its content type,
+x-amzn-query-mode), with the client's User-Agent (its extra and app id in it),
+invocation id and attempt headers, and keeps what matters of the client:
 
 - its credentials object, frozen for every request as botocore's signer does (a
   refreshable one refreshes itself), signed as botocore's SigV4 signer signs
   (``sigv4.RequestSigner``: the same signature, the signing key derived once a day);
 - its resolved endpoint and region, its connect and read timeouts and pool size,
-  its TLS verification, over keep-alive connections of our own
-  (``keepalive.KeepAlivePool``: no email-parsed headers, no urllib3 objects);
-- botocore's ``standard`` retry mode, built from botocore's own classes with the
-  client's max attempts: retries on throttling, 5xx and connection errors, with
-  exponential backoff and jitter, and a retry quota;
-- errors as botocore raises them: a ``ClientError`` (the client's modeled class)
-  whose ``Error.Code`` is the legacy query code from the ``x-amzn-query-error``
-  header and ``Error.QueryErrorCode`` the JSON ``__type``, and botocore's
-  connection errors, so the backend classifies both paths with one table.
+  its TLS verification (a CA bundle or a CA directory), over keep-alive
+  connections of our own (``keepalive.KeepAlivePool``);
+- its retry policy and its one retry quota: a failed attempt is put to the
+  client's own ``needs-retry`` handlers and every answer to its ``after-call``
+  ones, as its endpoint does, so the lean calls and the client's share one quota;
+- its answers: a success that keeps to its shape is read as botocore reads it
+  (``responses.read_plain``), anything else - every error answer included - by
+  botocore's own parser (``responses.botocore_answer``), and an error raised as
+  the client raises it (its modeled class, the same Error and ResponseMetadata);
+  connection failures as botocore's exceptions.
 
 ``lean_path(client)`` answers the path for a client, or None where the client's
 configuration cannot be honoured here (``why_not(client)`` says why): proxies, a
 client certificate, TCP keep-alive, another signature version or retry mode, a
-protocol other than JSON. ``LeanPath.usable()`` is checked on every call: hooks
-registered on the client's events beyond botocore's own (a botocore Stubber,
-moto's in-process mock, your instrumentation) send the calls back through the
-client. Nothing here logs a request's body: it carries receipts.
+protocol other than JSON, a CA bundle that cannot be loaded. ``LeanPath.usable()``
+is checked on every call: hooks registered on the client's events beyond
+botocore's own (a botocore Stubber, moto's in-process mock, your
+instrumentation), or anything wrapping botocore's call pipeline (a tracer:
+``wrappers``), send the calls back through the client. Nothing here logs a
+request's body: it carries receipts.
 
 The client's own path keeps one thing here too: ``one_attempt``, the botocore
 ``needs-retry`` hook that ends leasekeeper's own batch calls after one attempt
@@ -55,7 +58,9 @@ from urllib.parse import quote, urlsplit
 
 from leasekeeper.backends.sqs.keepalive import ExchangeError, KeepAlivePool
 from leasekeeper.backends.sqs.rebuild import sqs_verify
+from leasekeeper.backends.sqs.responses import botocore_answer, read_plain, response_metadata
 from leasekeeper.backends.sqs.sigv4 import RequestSigner
+from leasekeeper.backends.sqs.wrappers import WrapperWatch, wrapper_of
 
 
 class LazyModule:
@@ -82,8 +87,6 @@ else:
 __all__ = [
     "CLIENT_METHODS",
     "HOT_OPERATIONS",
-    "DeferredClient",
-    "StaticCredentials",
     "LazyModule",
     "Route",
     "OWN_CALL",
@@ -92,8 +95,8 @@ __all__ = [
     "one_attempt_on",
     "LeanPath",
     "lean_path",
-    "parse_error",
-    "renewal_options",
+    "tls_context",
+    "user_agent_of",
     "route_of",
     "why_not",
 ]
@@ -141,10 +144,11 @@ _FOREIGN_MODULES = ("botocore.stub",)
 
 
 class _Answer(NamedTuple):
-    """The part of an HTTP answer botocore's retry classes read."""
+    """The part of an HTTP answer botocore's retry classes and ``after-call``
+    handlers read."""
 
     status_code: int
-    headers: Mapping[str, str]
+    headers: dict[str, str]
 
 
 class Route(NamedTuple):
@@ -160,6 +164,7 @@ class Route(NamedTuple):
     max_pool_connections: int
     max_attempts: int | None
     verify: bool | str
+    user_agent: str | None = None
 
 
 def route_of(client: Any) -> Route:
@@ -183,7 +188,45 @@ def route_of(client: Any) -> Route:
         max_pool_connections=int(config.max_pool_connections or 10),
         max_attempts=int(attempts) if attempts else None,
         verify=verify,
+        user_agent=user_agent_of(client),
     )
+
+
+def invocation_id() -> str:
+    """A random (version 4) UUID in its text form, as botocore's invocation id:
+    the uuid module itself costs the renewer process a tenth of its imports."""
+    t = os.urandom(16).hex()
+    return f"{t[:8]}-{t[8:12]}-4{t[13:16]}-{_VARIANT[t[16]]}{t[17:20]}-{t[20:]}"
+
+
+# the RFC 4122 variant: the first hex digit of the fourth group is 8, 9, a or b
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+
+
+def user_agent_of(client: Any) -> str | None:
+    """The User-Agent ``client`` sends (its ``user_agent_extra`` and
+    ``user_agent_appid`` in it), built by botocore's own builder; None where it has
+    none."""
+    creator = getattr(client, "_user_agent_creator", None)
+    try:
+        return str(creator.to_string()) if creator is not None else None
+    except Exception:  # a botocore that builds it otherwise: no User-Agent of ours
+        return None
+
+
+def tls_context(verify: bool | str) -> ssl.SSLContext:
+    """The TLS context of ``verify`` as botocore's session uses it: False, no check;
+    True, the system's CAs; a path, its CA bundle, loaded as a file as botocore
+    has urllib3 load it (a directory is not one: it fails to load, as there).
+    Raises what loading it raises."""
+    if verify is False:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    if isinstance(verify, str):
+        return ssl.create_default_context(cafile=verify)
+    return ssl.create_default_context()
 
 
 def why_not(client: Any) -> str | None:
@@ -215,7 +258,20 @@ def why_not(client: Any) -> str | None:
         (parts.scheme not in ("http", "https") or not host, "no http(s) endpoint"),
         (environment_proxy, "a proxy from the environment"),
     ]
-    return next((reason for found, reason in reasons if found), None)
+    found = next((reason for found, reason in reasons if found), None)
+    if found is None and parts.scheme == "https":
+        found = _tls_problem(client)
+    return found
+
+
+def _tls_problem(client: Any) -> str | None:
+    """Why the client's CA bundle cannot be loaded here (botocore then fails each
+    call with its SSLError, which the client's own calls will raise), or None."""
+    try:
+        tls_context(route_of(client).verify)
+    except (OSError, ValueError) as exc:
+        return f"the client's CA bundle cannot be loaded ({type(exc).__name__})"
+    return None
 
 
 # Client settings the lean path has no equivalent for: such a client keeps its calls.
@@ -282,6 +338,12 @@ def hooks_problem(client: Any) -> str | None:
     """Why another process's client would not make ``client``'s renewals as it does:
     handlers registered on its events in code (a header a gateway wants, a Stubber),
     which that client would not have. None when it has none."""
+    wrapped = wrapper_of(client)
+    if wrapped:
+        return (
+            f"botocore's calls are wrapped ({wrapped}: a tracer?), and another process's "
+            "calls would not be seen by it: its renewals would go untraced"
+        )
     events = getattr(getattr(client, "meta", None), "events", None)
     modules = foreign_hook_modules(events, RENEWAL_OPERATIONS)
     if not modules:
@@ -292,47 +354,17 @@ def hooks_problem(client: Any) -> str | None:
     )
 
 
-def parse_error(status: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
-    """An error answer as botocore's JSON parser shapes it for a query-compatible
-    service: ``Error.Code`` the legacy code of ``x-amzn-query-error`` (else the
-    ``__type`` after its ``#``), ``Error.QueryErrorCode`` the ``__type``'s,
-    ``Error.Type`` Sender or Receiver, and the response metadata."""
-    try:
-        found = json.loads(body) if body.strip() else {}
-    except ValueError:
-        found = {"message": body.decode("utf-8", "replace")}
-    if not isinstance(found, dict):
-        found = {}
-    error: dict[str, Any] = {"Message": str(found.get("message", found.get("Message", "")) or "")}
-    code = str(found.get("__type") or status)
-    code = code.split(":", 1)[0].rsplit("#", 1)[-1]
-    query_error = headers.get("x-amzn-query-error")
-    if query_error is not None:
-        legacy, _, fault = query_error.partition(";")
-        if legacy and fault and ";" not in fault:
-            error["QueryErrorCode"] = code
-            error["Type"] = fault
-            code = legacy
-    error["Code"] = code
-    meta: dict[str, Any] = {"HTTPStatusCode": status, "HTTPHeaders": dict(headers)}
-    request_id = headers.get("x-amzn-requestid")
-    if request_id is not None:
-        meta["RequestId"] = request_id
-    return {"Error": error, "ResponseMetadata": meta}
-
-
 class LeanPath:
     """SQS's hot calls for one boto3 client (see the module docstring); thread-safe.
 
     ``call(operation, params)`` answers the dict botocore's ``client.<operation>``
-    would (what the backend reads of it), or raises what it would raise.
-    ``retries=False`` makes one attempt (leasekeeper's own batch calls, which it
-    retries itself within each lease's deadline).
+    would, or raises what it would raise. ``retries=False`` makes one attempt
+    (leasekeeper's own batch calls, which it retries itself within each lease's
+    deadline).
     """
 
     #: The JSON codec.
     encode: Callable[[Any], bytes] = staticmethod(lambda value: _ENCODER.encode(value).encode())
-    decode: Callable[[bytes], Any] = staticmethod(lambda data: _DECODER.decode(data.decode()))
 
     def __init__(
         self,
@@ -341,30 +373,26 @@ class LeanPath:
         client: Callable[[], Any],
         *,
         events: Any = None,
+        existing: Callable[[], Any] | None = None,
     ) -> None:
         """The path of ``route``, signing with ``credentials`` (botocore's kind: a
         ``get_frozen_credentials()``; None: none). ``client`` answers the botocore
-        client, made when first asked where it is not made yet: its service model
-        is read only when a failed call asks the retry policy, its modeled error
-        classes only when ``events`` (the client's, whose hooks ``usable`` checks)
-        are given. ``LeanPath.of(client)``: the path of a client at hand."""
+        client, made when first asked where it is not made yet: its events decide
+        retries, count the retry quota and read the answers the lean path does not
+        read itself, as they do for the client's own calls; ``existing`` answers it
+        only where it is made (None: not yet; default ``client``). ``events`` (the
+        client's, whose hooks ``usable`` checks) are given for a client at hand.
+        ``LeanPath.of(client)``: the path of a client at hand."""
         self.route = route
         self._client = client
+        self._existing = existing or client
         self._events = events
         self._credentials = credentials
         self._region = route.region
         self.endpoint = route.endpoint
         parts = urlsplit(self.endpoint)
         self._path = parts.path or "/"
-        tls: ssl.SSLContext | None = None
-        if parts.scheme == "https":
-            if route.verify is False:
-                tls = ssl.create_default_context()
-                tls.check_hostname = False
-                tls.verify_mode = ssl.CERT_NONE
-            else:
-                cafile = route.verify if isinstance(route.verify, str) else None
-                tls = ssl.create_default_context(cafile=cafile)
+        verify = route.verify
         self._signer = RequestSigner(self.endpoint, self._region, "sqs")
         self._pool = KeepAlivePool(
             str(parts.hostname),
@@ -373,17 +401,17 @@ class LeanPath:
             connect_timeout=route.connect_timeout,
             read_timeout=route.read_timeout,
             maxsize=route.max_pool_connections,
-            tls=tls,
+            tls=(lambda: tls_context(verify)) if parts.scheme == "https" else None,
         )
         self.max_attempts = route.max_attempts or _DEFAULT_MAX_ATTEMPTS
-        # botocore's retry policy, made at the first failed call (its import is
-        # most of the renewer process's start-up otherwise). Until then its quota
-        # would be full: a success gives nothing back to a full quota.
-        self._retry: Any = None
-        self._quota: Any = None
+        # What every request carries besides the signed headers, as botocore sends it.
+        self._fixed = {"Accept-Encoding": "identity"}
+        if route.user_agent:
+            self._fixed["User-Agent"] = route.user_agent
         self._operations: dict[str, Any] = {}
         self._hooks_checked: object = None  # the emitter's lookup cache when last checked
         self._hooks_foreign = True
+        self._wrappers = WrapperWatch()
         self._lock = threading.Lock()
         self.sleep: Callable[[float], None] = time.sleep
 
@@ -396,36 +424,16 @@ class LeanPath:
         ref = weakref.ref(client)
         return cls(route_of(client), _credentials_of(client), ref, events=client.meta.events)
 
-    def _retry_policy(self) -> Any:
-        """botocore's ``standard`` retry handler for this path, made once."""
-        with self._lock:
-            if self._retry is None:
-                from botocore.retries import quota, standard
-
-                adapter = standard.RetryEventAdapter()
-                throttling = standard.ThrottlingErrorDetector(adapter)
-                self._quota = standard.RetryQuotaChecker(quota.RetryQuota(), throttling)
-                self._retry = standard.RetryHandler(
-                    retry_policy=standard.RetryPolicy(
-                        retry_checker=standard.StandardRetryConditions(
-                            max_attempts=self.max_attempts
-                        ),
-                        retry_backoff=standard.ExponentialBackoff(
-                            service_name="sqs", throttling_detector=throttling
-                        ),
-                    ),
-                    retry_event_adapter=adapter,
-                    retry_quota=self._quota,
-                    service_name="sqs",
-                )
-            return self._retry
-
     # ------------------------------------------------------------------ when
 
     def usable(self) -> bool:
         """False while the client has event hooks of its user's (checked again
-        whenever a handler is registered or removed); True without the client's
-        events (a client leasekeeper makes for itself, as the renewer process's)."""
+        whenever a handler is registered or removed), or while anything wraps
+        botocore's call pipeline (``wrappers``: a tracer sees only the client's
+        calls); True without the client's events (a client leasekeeper makes for
+        itself, as the renewer process's) and nothing wrapped."""
+        if self._wrappers.wrapped(self._existing() if self._events is not None else None):
+            return False
         if self._events is None:
             return True
         emitter = getattr(self._events, "_emitter", None)
@@ -438,11 +446,22 @@ class LeanPath:
                 self._hooks_checked = cache
         return not self._hooks_foreign
 
+    def why_unusable(self) -> str | None:
+        """Why ``usable()`` is False now, in a few words (None: it is True)."""
+        client = self._existing() if self._events is not None else None
+        wrapped = self._wrappers.wrapped(client)
+        if wrapped:
+            return f"botocore's calls are wrapped ({wrapped})"
+        if self._events is not None and not self.usable():
+            return "the client has event hooks of its user's"
+        return None
+
     # ------------------------------------------------------------------ the call
 
     def call(self, operation: str, params: Mapping[str, Any], *, retries: bool = True) -> Any:
         body = self.encode(params)
         context: dict[str, Any] = {}
+        invocation = invocation_id()
         attempt = 0
         while True:
             attempt += 1
@@ -450,22 +469,27 @@ class LeanPath:
             parsed: Any = None
             caught: Exception | None = None
             try:
-                answer, data = self._send(operation, body)
+                answer, data = self._send(operation, body, invocation, attempt)
             except (boto.ConnectionError, boto.HTTPClientError) as exc:
                 caught = exc
             else:
-                if answer.status_code < 300:
-                    if self._quota is not None:
-                        self._quota.release_retry_quota(context, answer)
-                    return self.decode(data) if data.strip() else {}
-                parsed = parse_error(answer.status_code, answer.headers, data)
+                if 200 <= answer.status_code < 300:
+                    parsed = read_plain(operation, data)
+                    if parsed is not None:
+                        parsed["ResponseMetadata"] = response_metadata(
+                            answer.status_code, answer.headers, attempt - 1
+                        )
+                        if retries and attempt >= self.max_attempts:
+                            # the client's retry handler marks the last attempt's answer
+                            self._needs_retry(
+                                operation, answer, parsed, None, attempt=attempt, context=context
+                            )
+                        self._after_call(operation, answer, parsed, context)
+                        return parsed
+                parsed = botocore_answer(self._client(), self._operation(operation), *answer, data)
             if retries:
-                delay = self._retry_policy().needs_retry(
-                    response=None if answer is None else (answer, parsed),
-                    attempts=attempt,
-                    operation=self._operation(operation),
-                    caught_exception=caught,
-                    request_dict={"context": context},
+                delay = self._needs_retry(
+                    operation, answer, parsed, caught, attempt=attempt, context=context
                 )
                 if delay:
                     log.debug("%s: attempt %d failed, retrying in %.3fs", operation, attempt, delay)
@@ -473,17 +497,61 @@ class LeanPath:
                     continue
             if caught is not None:
                 raise caught
-            parsed["ResponseMetadata"]["RetryAttempts"] = attempt - 1
-            raise self._client_error(parsed, operation)
+            assert answer is not None
+            if isinstance(parsed, dict) and "ResponseMetadata" in parsed:
+                parsed["ResponseMetadata"]["RetryAttempts"] = attempt - 1
+            self._after_call(operation, answer, parsed, context)
+            if answer.status_code >= 300:
+                raise self._client_error(parsed, operation, context)
+            return parsed
 
-    def _client_error(self, parsed: dict[str, Any], operation: str) -> Exception:
-        """The ClientError the client raises: its modeled class where the client is
-        at hand, else botocore's ``ClientError`` (the same response, so the same
-        code to classify)."""
-        client = self._client() if self._events is not None else None
+    def _needs_retry(
+        self,
+        operation: str,
+        answer: _Answer | None,
+        parsed: Any,
+        caught: Exception | None,
+        *,
+        attempt: int,
+        context: dict[str, Any],
+    ) -> float | None:
+        """The client's retry decision (its ``needs-retry`` handlers: its retry mode,
+        its max attempts, its retry quota), as its endpoint asks it."""
+        client = self._client()
+        responses = client.meta.events.emit(
+            f"needs-retry.sqs.{operation}",
+            response=None if answer is None else (answer, parsed),
+            endpoint=None,
+            operation=self._operation(operation),
+            attempts=attempt,
+            caught_exception=caught,
+            request_dict={"context": context},
+        )
+        delay = next((found for _, found in responses if found is not None), None)
+        return float(delay) if delay else None
+
+    def _after_call(
+        self, operation: str, answer: _Answer, parsed: Any, context: dict[str, Any]
+    ) -> None:
+        """The client's ``after-call`` handlers (its retry quota gets back what a
+        success gives back; an SQS error's code is chosen), where the client is made."""
+        client = self._existing()
         if client is None:
-            return boto.ClientError(parsed, operation)  # type: ignore[arg-type]
-        code = parsed["Error"].get("QueryErrorCode") or parsed["Error"]["Code"]
+            return  # no client yet: no quota to give back to
+        client.meta.events.emit(
+            f"after-call.sqs.{operation}",
+            http_response=answer,
+            parsed=parsed,
+            model=self._operation(operation),
+            context=context,
+        )
+
+    def _client_error(self, parsed: Any, operation: str, context: dict[str, Any]) -> Exception:
+        """The exception the client raises for an error answer: its modeled class of
+        the code botocore's ``after-call`` handler chose (the QueryErrorCode), else of
+        ``Error.Code``."""
+        client = self._client()
+        code = context.get("error_code_override") or parsed.get("Error", {}).get("Code")
         error: Exception = client.exceptions.from_code(code)(parsed, operation)
         return error
 
@@ -494,21 +562,28 @@ class LeanPath:
             found = self._operations[name] = model.operation_model(name)
         return found
 
-    def _signed_headers(self, operation: str, body: bytes) -> dict[str, str]:
+    def _headers(
+        self, operation: str, body: bytes, invocation: str, attempt: int
+    ) -> dict[str, str]:
         credentials = self._credentials
         if credentials is None:
             raise boto.NoCredentialsError()
         headers = self._signer.headers(
             credentials.get_frozen_credentials(), _TARGET + operation, JSON_CONTENT_TYPE, body
         )
+        headers.update(self._fixed)
+        headers["amz-sdk-invocation-id"] = invocation
+        headers["amz-sdk-request"] = f"attempt={attempt}; max={self.max_attempts}"
         trace = os.environ.get("_X_AMZN_TRACE_ID")
         if trace and "AWS_LAMBDA_FUNCTION_NAME" in os.environ:  # as botocore's handler
             headers["X-Amzn-Trace-Id"] = quote(trace, safe="-=;:+&[]{}\"',")  # not signed
         return headers
 
-    def _send(self, operation: str, body: bytes) -> tuple[_Answer, bytes]:
+    def _send(
+        self, operation: str, body: bytes, invocation: str, attempt: int
+    ) -> tuple[_Answer, bytes]:
         """One attempt: the answer, or botocore's exception for a failed exchange."""
-        headers = self._signed_headers(operation, body)
+        headers = self._headers(operation, body, invocation, attempt)
         try:
             status, found, data = self._pool.post(self._path, headers, body)
         except ExchangeError as failed:
@@ -602,68 +677,3 @@ def lean_path(client: Any) -> LeanPath | None:
     if reason is not None:
         log.debug("SQS calls go through the boto3 client: %s", reason)
     return path
-
-
-# ---------------------------------------------------------------------- a client made when needed
-
-
-class StaticCredentials(NamedTuple):
-    """Fixed keys, as botocore's credentials hand them to a signer."""
-
-    access_key: str
-    secret_key: str
-    token: str | None = None
-
-    def get_frozen_credentials(self) -> StaticCredentials:
-        return self
-
-
-class DeferredClient:
-    """A boto3 SQS client made on its first use, and the lean path that makes the hot
-    calls meanwhile (and after) with fixed keys: what the renewer process of a
-    worker whose client allows it builds (``scheme.sqs``'s ``defer_client``), so
-    that renewing never imports botocore unless a call needs the client. Every
-    attribute but ``lean`` and ``made`` is the client's."""
-
-    def __init__(self, make: Callable[[], Any], route: Route, keys: StaticCredentials) -> None:
-        self._make = make
-        self._client: Any = None
-        self._lock = threading.RLock()
-        self._on_made: list[Callable[[Any], None]] = []
-        self.lean = LeanPath(route, keys, self.made)
-
-    def made(self) -> Any:
-        """The client, made now if it is not yet."""
-        with self._lock:
-            if self._client is None:
-                log.debug("making the SQS client a call needs")
-                self._client = self._make()
-                for adopt in self._on_made:
-                    adopt(self._client)
-                self._on_made.clear()
-            return self._client
-
-    def when_made(self, adopt: Callable[[Any], None]) -> None:
-        """Call ``adopt(client)`` once the client is made (now if it is)."""
-        with self._lock:
-            if self._client is None:
-                self._on_made.append(adopt)
-                return
-        adopt(self._client)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.made(), name)
-
-    def __repr__(self) -> str:
-        return f"DeferredClient({self.lean.endpoint!r}, made={self._client is not None})"
-
-
-def renewal_options(lean: LeanPath | None, secrets: Mapping[str, Any]) -> dict[str, Any]:
-    """The factory options that let the renewer process make the hot calls of a
-    client whose ``lean`` path is in use and whose fixed keys are among ``secrets``
-    without botocore (``defer_client``), over the same TLS verification."""
-    if lean is None or not secrets.get("aws_secret_access_key"):
-        return {}
-    return {"defer_client": True, "verify": lean.route.verify}

@@ -47,7 +47,8 @@ _AWS_CHAIN_METHODS = frozenset(
 def sqs_settings(client: Any) -> dict[str, Any]:
     """The factory options (``leasekeeper.backends.sqs.scheme.sqs``) that make a client
     like ``client``: endpoint, region, retry mode and attempts, timeouts, pool
-    size, TLS verification and client certificate, proxies and their TLS settings.
+    size, the User-Agent's extra and app id, TLS verification and client
+    certificate, proxies and their TLS settings.
     The proxies keep their password: a spec drops it (``public_options``),
     ``sqs_secrets`` sends it to the renewer process."""
     meta = getattr(client, "meta", None)
@@ -62,6 +63,8 @@ def sqs_settings(client: Any) -> dict[str, Any]:
         "connect_timeout": getattr(config, "connect_timeout", None),
         "read_timeout": getattr(config, "read_timeout", None),
         "max_pool_connections": getattr(config, "max_pool_connections", None),
+        "user_agent_extra": getattr(config, "user_agent_extra", None),
+        "user_agent_appid": getattr(config, "user_agent_appid", None),
         "verify": _verify_setting(client),
         **proxy_options(getattr(config, "proxies", None)),
         **_proxy_settings(getattr(config, "proxies_config", None)),

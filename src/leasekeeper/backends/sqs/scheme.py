@@ -18,8 +18,9 @@ from leasekeeper.backends.rebuild import CLIENT_KEY, PROXY_CLIENT_KEY, PROXY_SET
 from leasekeeper.backends.shared import host_port
 from leasekeeper.backends.sqs.backend import MAX_WAIT_SECONDS, SQSBackend
 from leasekeeper.backends.sqs.credentials import aws_configuration
+from leasekeeper.backends.sqs.deferred import DeferredClient, StaticCredentials
 from leasekeeper.backends.sqs.errors import classify_exception
-from leasekeeper.backends.sqs.lean import DeferredClient, Route, StaticCredentials
+from leasekeeper.backends.sqs.lean import Route
 from leasekeeper.backends.urls import parse_url
 from leasekeeper.clock import Clock
 from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
@@ -98,6 +99,7 @@ def sqs(
     fast_path: bool = True,
     verify: bool | str | None = None,
     defer_client: bool = False,
+    lean_user_agent: str | None = None,
     **client_options: Any,
 ) -> SQSBackend:
     """SQS: any ``http(s)://host[:port]/<account>/<name>`` is a queue by its URL;
@@ -119,7 +121,8 @@ def sqs(
     The client's settings (``SQSBackend.spec()`` carries a client's own):
     ``retry_mode``, ``max_attempts`` (all attempts, the first included),
     ``connect_timeout`` (default 5 s), ``read_timeout`` (default 30 s),
-    ``max_pool_connections``, ``http_proxy`` and ``https_proxy``; a TLS proxy's
+    ``max_pool_connections``, ``user_agent_extra`` and ``user_agent_appid``,
+    ``http_proxy`` and ``https_proxy``; a TLS proxy's
     ``proxy_ca_bundle``, ``proxy_client_cert`` (and ``proxy_client_key``, where the
     key is a file of its own) and ``proxy_use_forwarding_for_https``.
     ``verify``: the client's TLS verification (False, or a CA bundle's path);
@@ -130,7 +133,8 @@ def sqs(
     ``defer_client`` (the renewer process's, from its worker): with fixed keys given,
     an endpoint and a region, no proxy and the ``standard`` retry mode, the hot
     calls go the lean path (``leasekeeper.backends.sqs.lean``) and the boto3 client
-    is made only when another call needs it - so renewing imports no botocore.
+    is made only when another call needs it - so renewing imports no botocore;
+    ``lean_user_agent``: the User-Agent that path sends (the worker's client's).
     """
     parsed = parse_url(
         url,
@@ -166,7 +170,7 @@ def sqs(
         where["verify"] = verify
     client: Any
     if defer_client and fast_path and queue_url is not None and _deferrable(where, client_options):
-        client = _deferred_client(where, client_options)
+        client = _deferred_client(where, client_options, lean_user_agent)
     else:
         client = _made_client(where, client_options)
     if queue_url is None:
@@ -198,6 +202,8 @@ _SQS_CLIENT_OPTIONS = frozenset(
         "connect_timeout",
         "read_timeout",
         "max_pool_connections",
+        "user_agent_extra",
+        "user_agent_appid",
         "http_proxy",
         "https_proxy",
         *PROXY_SETTINGS,
@@ -231,7 +237,7 @@ def _deferrable(where: dict[str, Any], options: dict[str, Any]) -> bool:
     )
 
 
-def _deferred_client(where: dict[str, Any], options: dict[str, Any]) -> Any:
+def _deferred_client(where: dict[str, Any], options: dict[str, Any], user_agent: str | None) -> Any:
     """The client ``_made_client`` makes, made on first use; the lean path's route and
     keys are the ones that client would have (``_sqs_config``'s defaults)."""
     route = Route(
@@ -242,6 +248,7 @@ def _deferred_client(where: dict[str, Any], options: dict[str, Any]) -> Any:
         max_pool_connections=int(options.get("max_pool_connections") or 10),
         max_attempts=options.get("max_attempts") or None,
         verify=where.get("verify", True),
+        user_agent=user_agent,
     )
     keys = StaticCredentials(
         options["aws_access_key_id"],
@@ -277,6 +284,9 @@ def _sqs_config(options: dict[str, Any]) -> dict[str, Any]:
         settings["retries"] = retries
     if options.get("max_pool_connections"):
         settings["max_pool_connections"] = options["max_pool_connections"]
+    for name in ("user_agent_extra", "user_agent_appid"):
+        if options.get(name):
+            settings[name] = options[name]
     proxies = {
         scheme: options[f"{scheme}_proxy"]
         for scheme in ("http", "https")
