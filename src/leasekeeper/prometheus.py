@@ -61,13 +61,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
+from leasekeeper.errors import install_hint
+
 try:
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
     from prometheus_client.registry import Collector
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
-        "leasekeeper.prometheus needs prometheus_client: pip install 'leasekeeper[prometheus]'"
+        "leasekeeper.prometheus needs prometheus_client: " + install_hint("prometheus")
     ) from exc
 
 from leasekeeper.aio.worker import AsyncWorker

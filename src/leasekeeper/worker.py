@@ -61,6 +61,7 @@ from leasekeeper.receiving import (
     Wait,
     receive_loop,
     shutdown_steps,
+    stop_notice,
 )
 from leasekeeper.receiving.stats import WorkerStats
 from leasekeeper.rollover import Rollover
@@ -212,11 +213,12 @@ class Worker:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._stop.is_set():
-            log.warning("second signal %d: releasing running messages now", signum)
             self._hurry.set()
+        self._request_stop()  # before it is said: a signal landing meanwhile is a second
+        if self._hurry.is_set():
+            log.warning("second signal %d: releasing running messages now", signum)
         else:
-            log.info("signal %d: stopping after running handlers finish", signum)
-        self._request_stop()
+            log.warning(stop_notice(signum, self._running, self.intake.shutdown_timeout))
 
     # ------------------------------------------------------------------ running
 

@@ -111,9 +111,10 @@ def test_message_whose_ttl_ends_during_processing_is_capped(
         reasons.append((lease, reason))
         called.set()
 
-    # The manager first (its renewer process may take seconds to start on a loaded
-    # machine), then the 6 s message, leased at receipt.
     with LeaseManager(backend, on_lost=on_lost, **TIMING) as manager:  # type: ignore[arg-type]
+        # Its renewer started before the receive: a renewer process's start (seconds on
+        # a loaded machine) would eat the 2 s the message is hidden for.
+        manager.start()
         queue_client.send_message("short-lived", time_to_live=6)
         [message] = backend.receive(visibility_timeout=2)
         assert message.hard_deadline is not None

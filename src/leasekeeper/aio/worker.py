@@ -62,6 +62,7 @@ from leasekeeper.receiving import (
     Wait,
     receive_loop,
     shutdown_steps,
+    stop_notice,
 )
 from leasekeeper.receiving.stats import WorkerStats
 from leasekeeper.rollover import Rollover
@@ -176,10 +177,12 @@ class AsyncWorker:
 
     def _on_signal(self, signum: int) -> None:
         if self._stopping:
-            log.warning("second signal %d: releasing running messages now", signum)
             self._hurry = True
+            log.warning("second signal %d: releasing running messages now", signum)
         else:
-            log.info("signal %d: stopping after running handlers finish", signum)
+            # Set first: a signal landing while this one is said is the second.
+            self._stopping = True
+            log.warning(stop_notice(signum, self._running, self.intake.shutdown_timeout))
         self._request_stop()
 
     def _wake(self) -> None:

@@ -13,6 +13,7 @@ starts nothing: its worker serialises the calls that change it.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 from collections.abc import Callable, Sequence
@@ -34,12 +35,27 @@ from leasekeeper.rollover import unwrap
 
 log = logging.getLogger("leasekeeper.worker")
 
+#: How long a run gives a queue that has not answered yet (seconds): a queue no
+#: receive of a run has reached within this stops the run, with the last error -
+#: at start, an unreachable endpoint is most likely a mistake (a typo, a stand-in not
+#: started), not an outage to wait out (docs/guide.md, "When a service cannot be
+#: reached"). Once a queue has answered, its failures are retried for ever.
+REACH_WITHIN = 20.0
+
 #: Who renews for a worker that makes its own manager, unless told: see
 #: docs/performance.md, measure 8, and docs/guide.md, "Choosing a renewer".
 DEFAULT_RENEWER: Literal["thread", "process", "auto"] = "auto"
 
 
-__all__ = ["DEFAULT_RENEWER", "Intake", "QueueStats", "WorkerStats", "backoff"]
+__all__ = [
+    "DEFAULT_RENEWER",
+    "REACH_WITHIN",
+    "Intake",
+    "QueueStats",
+    "WorkerStats",
+    "backoff",
+    "handler_signature_problem",
+]
 
 #: What a worker takes as its queues: a manager, a backend, or a list of backends.
 Queues = LeaseManager | Backend | Sequence[Backend]
@@ -88,6 +104,7 @@ class Intake:
                 getattr(handler, "__qualname__", repr(handler)),
             )
             handler = inner
+        check_handler_signature(kind, handler)
         #: The handler the worker calls (a ``@leased`` wrapper's undecorated function).
         self.handler = handler
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -187,6 +204,8 @@ class Intake:
         # Handler durations, smoothed: are handlers quick enough to prefetch for?
         self.duration: float | None = None
         self.failures = 0  # receive failures in a row
+        #: Which of this run's queues no receive has reached yet (``Unreached``).
+        self.unreached = Unreached()
         #: The last receive went without a long poll: groups of its FIFO queue are held.
         self.held_back = False
 
@@ -222,6 +241,7 @@ class Intake:
         clock = self.manager.clock
         now = clock.now()
         source, may_wait = sources.pick(now)
+        self.unreached.asked = source
         wait = self.wait_seconds
         if sources.several:
             wait = sources.long_poll(source, now, wait) if may_wait else 0.0
@@ -241,6 +261,7 @@ class Intake:
             sources.answered(source, 0, clock.now())  # a failing queue rests too
             raise
         sources.answered(source, len(messages), clock.now())
+        self.unreached.answered(source)
         self.failures = 0
         for message in messages:
             unwrap(message)  # a continuation's envelope is not the handler's to see
@@ -282,24 +303,29 @@ class Intake:
             if source is not None:
                 source.stats.refused += 1
 
-    def receive_failed(self, exc: Exception) -> float | None:
-        """The pause before trying again after ``exc``, or None: stop (a fatal
-        ``ReceiveError``: the queue was deleted, the credentials were refused)."""
+    def receive_failed(self, exc: Exception, at_most: float = 30.0) -> float | None:
+        """The pause before trying again after ``exc`` (``at_most`` seconds), or None:
+        stop (a fatal ``ReceiveError``: the queue was deleted, the credentials were
+        refused)."""
+        self.unreached.failed(exc)
         if isinstance(exc, ReceiveError):
             if not exc.retryable:
                 # Retrying cannot help: stop, letting running handlers finish, and say why.
                 log.error("receive from %r failed for good, stopping: %s", self.backend, exc)
                 return None
             self.failures += 1
-            pause = backoff(self.failures)
-            log.warning("%s; retrying in %.1fs", exc, pause)
+            pause = min(backoff(self.failures), max(0.0, at_most))
+            if pause > 0:
+                log.warning("%s; retrying in %.1fs", exc, pause)
+            else:  # the run ends now (until_idle, or a queue never reached)
+                log.warning("%s", exc)
             return pause
         # Not a ReceiveError: a custom backend's own failure, or a bug. It may be
         # transient, so keep trying, and say what it was. Its text is not logged at
         # WARNING: leasekeeper cannot know what it quotes (the backends that ship
         # with it raise only ReceiveError for failures).
         self.failures += 1
-        pause = backoff(self.failures)
+        pause = min(backoff(self.failures), max(0.0, at_most))
         log.warning(
             "receive raised %s, not a leasekeeper ReceiveError; retrying in %.1fs",
             type(exc).__name__,
@@ -422,6 +448,89 @@ class Intake:
             source = self.sources.of(lease.message.backend)
         if source is not None:
             setattr(source.stats, field, getattr(source.stats, field) + 1)
+
+
+class Unreached:
+    """Which of a run's queues no receive has reached yet, and the last failure of
+    each: what stops a run that cannot reach its queue (docs/guide.md, "When a
+    service cannot be reached")."""
+
+    def __init__(self) -> None:
+        self._errors: dict[int, Exception | None] = {}
+        #: The queue of the receive last sent.
+        self.asked: Source | None = None
+
+    def start(self, sources: Sequence[Source]) -> None:
+        """A run begins: none of ``sources`` has been reached in it yet."""
+        self._errors = {id(source): None for source in sources}
+        self.asked = None
+
+    def answered(self, source: Source) -> None:
+        self._errors.pop(id(source), None)
+
+    def failed(self, exc: Exception) -> None:
+        """The receive last sent failed with ``exc``."""
+        if self.asked is not None and id(self.asked) in self._errors:
+            self._errors[id(self.asked)] = exc
+
+    def asked_not_reached(self) -> bool:
+        """Whether the queue of the receive last sent is one this run has not reached."""
+        return self.asked is not None and id(self.asked) in self._errors
+
+    def error(self) -> ReceiveError | None:
+        """The last failure of a queue no receive of this run has reached (as a
+        ``ReceiveError``), or None when every queue answered at least once."""
+        for error in self._errors.values():
+            if isinstance(error, ReceiveError):
+                return error
+            if error is not None:
+                # A custom backend's own exception: its text is not repeated.
+                unreached = ReceiveError(
+                    "retry", f"{type(error).__name__} (not a leasekeeper ReceiveError)"
+                )
+                unreached.__cause__ = error
+                return unreached
+        return None
+
+    def after(self, seconds: float) -> ReceiveError | None:
+        """``error()`` once a run has lasted ``seconds`` of ``REACH_WITHIN``, said in
+        one ERROR line; None before, or when every queue answered."""
+        if seconds < REACH_WITHIN:
+            return None
+        error = self.error()
+        if error is not None:
+            log.error(
+                "no answer from the queue in %gs since the worker started, stopping: %s",
+                REACH_WITHIN,
+                error,
+            )
+        return error
+
+
+def check_handler_signature(kind: str, handler: Callable[..., object]) -> None:
+    """Refuse, at construction, a handler that cannot take one message: accepted,
+    every message would fail with a TypeError and be retried for ever."""
+    problem = handler_signature_problem(handler)
+    if problem is not None:
+        raise TypeError(
+            f"{kind}'s handler {getattr(handler, '__qualname__', repr(handler))} "
+            f"{problem}; give it one parameter for the message: def handle(message)"
+        )
+
+
+def handler_signature_problem(handler: Callable[..., object]) -> str | None:
+    """Why ``handler`` cannot be called with one message ("cannot be called with one
+    message: it takes (a, b)"), or None when it can - or when it has no signature
+    to read (some builtins): then it is given the benefit of the doubt."""
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(object())
+    except TypeError as exc:
+        return f"cannot be called with one message: it takes {signature} ({exc})"
+    return None
 
 
 #: The outcomes counted under their own name; any other is "failed".
