@@ -391,8 +391,7 @@ class Worker:
             outcome = self.intake.roll_over(lease)
             ordering.hold_back(lease)
         except BaseException as exc:
-            # One WARNING (with the traceback), from the failure policy - or, for a
-            # handler interrupted (SystemExit), its message released at once.
+            # The failure policy's WARNING, or an interruption's release at once.
             outcome, future = self.intake.fail(lease, exc)
         else:
             if not lease.is_lost:
