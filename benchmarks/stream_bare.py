@@ -66,9 +66,9 @@ def held(requests: list[Request]) -> tuple[float, int]:
 def cpu_seconds() -> dict[str, float] | None:
     """CPU seconds used so far, by group: ``moto`` (its server process), ``jvm``
     (Spark's JVM, but for its JIT compiler threads: ``jit``), ``python`` (Spark's
-    Python processes: workers and the stream's reader) and ``bench`` (this process:
-    the bare loop's client); reaped processes count in their parent's group. None
-    off Linux."""
+    Python processes: workers and the stream's reader), ``renewer`` (the reader's
+    renewer process) and ``bench`` (this process: the bare loop's client); reaped
+    processes count in their parent's group. None off Linux."""
     stats: dict[int, list[str]] = {}
     commands: dict[int, bytes] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -95,6 +95,8 @@ def cpu_seconds() -> dict[str, float] | None:
             group = "bench"
         elif b"benchmarks.moto_journal" in command:
             group = "moto"
+        elif b"leasekeeper.renewers._main" in command:
+            group = "renewer"  # the reader's renewer process, while it lives
         elif command.split(b"\0", 1)[0].endswith(b"java"):
             group = "jvm"
             jit = _jit_seconds(pid, tick)
@@ -120,8 +122,9 @@ def _jit_seconds(pid: int, tick: int) -> float:
     return total
 
 
-# jvm: Spark's JVM without its JIT compiler threads (jit)
-CPU_GROUPS = ("moto", "jvm", "jit", "python", "bench")
+# jvm: Spark's JVM without its JIT compiler threads (jit); renewer: the reader's
+# renewer process (renewer="auto"), until it exits (then its parent's, python)
+CPU_GROUPS = ("moto", "jvm", "jit", "python", "renewer", "bench")
 
 
 def measured(run: Callable[[], dict[str, Any]], count: int) -> dict[str, Any]:

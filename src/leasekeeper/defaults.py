@@ -4,6 +4,12 @@ One LeaseManager per backend, created on first use with the settings given to
 ``configure()``, closed (releasing what is still leased) at interpreter exit. A
 forked child (multiprocessing, Spark's Python workers) starts with none: the
 parent's scheduler thread does not exist in the child.
+
+They renew as ``LeaseManager`` does by default (``renewer="auto"``): from a renewer
+process wherever one can run, so a script killed by a signal gives its messages
+back at once (the renewer process sees it die) and a busy script does not starve
+its renewals; in a thread where no other process could renew (``MemoryQueue``, a
+``ManualClock``, a wrapped backend, credentials only in code).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ _settings: dict[str, Any] = {
     "config": LeaseConfig(),
     "on_lost": None,
     "clock": None,
-    "renewer": "thread",
+    "renewer": "auto",
 }
 
 
@@ -41,11 +47,12 @@ def configure(
     *,
     on_lost: OnLost | None = None,
     clock: Clock | None = None,
-    renewer: Literal["thread", "process"] = "thread",
+    renewer: Literal["auto", "process", "thread"] = "auto",
     **config_fields: Any,
 ) -> LeaseConfig:
-    """Set what the default managers of ``lease(msg)`` and ``@leased`` use
-    (``renewer``: where they renew, see ``LeaseManager``).
+    """Set what the default managers of ``receive()``, ``lease(msg)`` and ``@leased``
+    use (``renewer``: where they renew, as ``LeaseManager`` takes it; ``"auto"``, the
+    default, is a renewer process wherever one can run).
 
     Call it before the first ``lease()``. Default managers with no active lease are
     closed and recreated with the new settings on next use; if any still holds a

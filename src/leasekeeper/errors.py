@@ -12,6 +12,24 @@ from leasekeeper.reasons import LostReason
 
 ReceiveErrorKind = Literal["retry", "fatal"]
 
+#: What each of leasekeeper's extras brings, as pip takes it (pyproject.toml's
+#: optional-dependencies, which a test keeps in step): the hints of the ImportErrors
+#: name these, a command that works however leasekeeper itself was installed.
+EXTRAS = {
+    "sqs": "boto3>=1.34",
+    "mns": "aliyun-mns-sdk>=1.3",
+    "azure": "azure-storage-queue>=12.8",
+    "redis": "redis>=4.5",
+    "otel": "opentelemetry-api>=1.27",
+    "prometheus": "prometheus-client>=0.20",
+}
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs what the extra ``extra`` brings: ``pip install
+    'boto3>=1.34'`` (the SDK from PyPI: leasekeeper itself is not published there)."""
+    return f"pip install '{EXTRAS[extra]}' (what leasekeeper's {extra} extra brings)"
+
 
 class LeaseError(Exception):
     """Base class of every error leasekeeper raises on purpose."""

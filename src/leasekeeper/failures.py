@@ -19,6 +19,12 @@ received ``max_receives`` times that fails again is a poison message:
 Every failure is one WARNING line naming the message id and its receive count
 (never a receipt). The same policy serves ``with held:``, ``with lease(msg):``,
 ``@leased`` and the workers: they all end a failed message through it.
+
+A handler stopped by a ``BaseException`` that is not an ``Exception`` - Ctrl-C's
+``KeyboardInterrupt``, ``SystemExit``, a cancellation - did not fail: it was
+interrupted (``interrupted``). Its message is released at once (no release delay),
+is never dead-lettered whatever its receive count, and is not counted or warned of
+as a failure; one INFO line says so.
 """
 
 from __future__ import annotations
@@ -41,7 +47,9 @@ __all__ = [
     "RETRIED_FOR_EVER",
     "Failures",
     "OncePerProcess",
+    "interrupted",
     "resolve_dead_letter",
+    "say_interrupted",
 ]
 
 log = logging.getLogger("leasekeeper.failures")
@@ -68,6 +76,19 @@ class OncePerProcess:
 
 #: "A failing message is retried for ever": said at the first failure it concerns.
 RETRIED_FOR_EVER = OncePerProcess()
+
+
+def interrupted(error: BaseException | None) -> bool:
+    """Was the handler interrupted rather than failed: stopped by a ``BaseException``
+    that is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``,
+    ``asyncio.CancelledError``, ``GeneratorExit``)?"""
+    return error is not None and not isinstance(error, Exception)
+
+
+def say_interrupted(lease: Lease, error: BaseException | None) -> None:
+    """The one line of an interrupted handler's message, released at once: INFO, as
+    Ctrl-C is no failure."""
+    log.info("handler for message %r interrupted%s; released at once", lease.id, _what(error))
 
 
 def resolve_dead_letter(target: Backend | str | None, source: Backend | None) -> Backend | None:
@@ -162,7 +183,12 @@ class Failures:
 
     def fail(self, lease: Lease, error: BaseException | None, delay: float | None) -> None:
         """End ``lease`` whose handler failed with ``error``, now: dead-letter a poison
-        message, release any other (after ``delay``, or the grown delay)."""
+        message, release any other (after ``delay``, or the grown delay). A handler
+        that was ``interrupted`` did not fail: its message is released at once."""
+        if interrupted(error):
+            lease.release(0.0)
+            say_interrupted(lease, error)
+            return
         policy = self._policy(lease)
         if policy is not self:
             return policy.fail(lease, error, delay)
@@ -220,7 +246,10 @@ class Failures:
         traceback: bool = False,
     ) -> None:
         """The one WARNING of a failure whose message was released (with ``error``'s
-        traceback when nobody else will see it: a worker swallows it)."""
+        traceback when nobody else will see it: a worker swallows it); for a handler
+        ``interrupted``, no failure, its INFO line."""
+        if interrupted(error):
+            return say_interrupted(lease, error)
         policy = self._policy(lease)
         if policy is not self:
             return policy.warn_released(lease, error, delay, traceback=traceback)

@@ -32,7 +32,7 @@ from leasekeeper.decorator import wrap_in_lease
 from leasekeeper.engine import Coalescer, check_backend, register_each
 from leasekeeper.engine.stats import Stats
 from leasekeeper.errors import ConfigError, LeaseTooShort, ManagerClosed
-from leasekeeper.failures import Failures, resolve_dead_letter
+from leasekeeper.failures import Failures, interrupted, resolve_dead_letter
 from leasekeeper.lease import Lease, LeaseScope, OnLost, WatchLease
 from leasekeeper.observers import Observer
 from leasekeeper.reasons import LostReason
@@ -395,13 +395,14 @@ class LeaseManager:
     ) -> Future[None]:
         """``fail`` through the coalescer, as ``release_soon`` releases (what the
         workers use); a poison message is dead-lettered at once, before it returns."""
-        failures = self.failures
+        failures = self.failures  # (an interrupted handler - Ctrl-C - did not fail)
+        poison = not interrupted(error) and failures.dead_letters(lease)
         # The workers swallow the handler's exception: its traceback goes in the line.
-        if failures.dead_letters(lease) and failures.dead_letter_now(lease, error, traceback=True):
+        if poison and failures.dead_letter_now(lease, error, traceback=True):
             done: Future[None] = Future()
             done.set_result(None)
             return done
-        seconds = failures.delay_for(lease, delay)
+        seconds = 0.0 if interrupted(error) else failures.delay_for(lease, delay)
         future = self.release_soon(lease, seconds)
         failures.warn_released(lease, error, seconds, traceback=True)
         return future

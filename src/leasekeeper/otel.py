@@ -46,11 +46,13 @@ from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from leasekeeper.errors import install_hint
+
 try:
     from opentelemetry import context, metrics, propagate, trace
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
-        "leasekeeper.otel needs the OpenTelemetry API: pip install 'leasekeeper[otel]'"
+        "leasekeeper.otel needs the OpenTelemetry API: " + install_hint("otel")
     ) from exc
 
 from leasekeeper.aio.worker import AsyncWorker

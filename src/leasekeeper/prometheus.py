@@ -50,7 +50,7 @@ manager's metrics and, per queue the worker reads (``queue``: the queue's name, 
 | leasekeeper_queue_backlog_messages{queue} | gauge | a ``BacklogSampler``'s last count (**) |
 
 (*) ``outcome``: received, completed, failed, lost, refused, rolled_over, dead_lettered,
-held_back. Nothing is labelled by message group: group ids are unbounded.
+held_back, interrupted. Nothing is labelled by message group: group ids are unbounded.
 (**) Given ``backlog=`` (``leasekeeper.fleet.BacklogSampler``): the messages waiting
 for a worker, as the service counted them at the sampler's last count - never asked
 at scrape time.
@@ -67,13 +67,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
+from leasekeeper.errors import install_hint
+
 try:
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
     from prometheus_client.registry import Collector
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
-        "leasekeeper.prometheus needs prometheus_client: pip install 'leasekeeper[prometheus]'"
+        "leasekeeper.prometheus needs prometheus_client: " + install_hint("prometheus")
     ) from exc
 
 from leasekeeper.aio.worker import AsyncWorker
@@ -213,7 +215,8 @@ class LeaseCollector(Collector):
         messages = CounterMetricFamily(
             f"{ns}_worker_messages",
             "Messages the worker received and how each ended, by queue and outcome "
-            "(received, completed, failed, lost, refused, rolled_over, dead_lettered).",
+            "(received, completed, failed, lost, refused, rolled_over, dead_lettered, "
+            "held_back, interrupted).",
             labels=["queue", "outcome"],
         )
         in_flight = GaugeMetricFamily(

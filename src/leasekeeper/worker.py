@@ -221,11 +221,9 @@ class Worker(Draining):
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._second_signal(self._stop.is_set()):
-            log.warning("second signal %d: releasing running messages now", signum)
             self._hurry.set()
-        else:
-            log.info("signal %d: stopping after running handlers finish", signum)
-        self._request_stop()
+        self._request_stop()  # before it is said: a signal landing meanwhile is a second
+        self._say_signal(signum, self._hurry.is_set(), self._running)
 
     # ------------------------------------------------------------------ running
 
@@ -399,8 +397,8 @@ class Worker(Draining):
         except Rollover:
             outcome = self.intake.roll_over(lease)
             ordering.hold_back(lease)
-        except Exception as exc:
-            # One WARNING (with the traceback), from the failure policy.
+        except BaseException as exc:
+            # The failure policy's WARNING, or an interruption's release at once.
             outcome, future = self.intake.fail(lease, exc)
         else:
             if not lease.is_lost:

@@ -383,7 +383,7 @@ def test_a_second_signal_skips_the_wait(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     assert proc.stderr is not None
     for line in proc.stderr:  # the first signal taken, not merged with the second
-        if "stopping after running handlers finish" in line:
+        if "a second Ctrl-C releases their messages now" in line:
             break
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=30)  # not the 30 s shutdown_timeout, nor 60 s
@@ -425,3 +425,49 @@ def test_on_a_manual_clock_the_shared_loop_waits_for_the_test() -> None:
     assert stats.completed == 5 and sorted(seen) == [f"job {i}" for i in range(5)]
     assert clock.now() - started >= 5  # idle for 5 s of the worker's clock
     assert worker.manager.closed
+
+
+def test_a_queue_never_reached_stops_it_as_it_stops_a_worker() -> None:
+    """The rule of docs/guide.md, "When a service cannot be reached", on the event
+    loop: REACH_WITHIN seconds of the worker's clock without an answer, then run()
+    raises the last (retryable) error; until_idle ends it sooner."""
+    import threading
+
+    from leasekeeper.receiving import REACH_WITHIN
+    from leasekeeper.testing import ManualClock
+    from tests.core.test_worker import drive
+
+    for until_idle, lasted in ((None, REACH_WITHIN), (2.0, 2.0)):
+        clock = ManualClock()
+        faulty = FaultyBackend(MemoryQueue(30.0, clock=clock))
+        faulty.script("receive", *["retry"] * 200)
+
+        async def handler(message: Message) -> None:
+            pass
+
+        worker = AsyncWorker(faulty, handler, clock=clock, renewer="thread", visibility_timeout=30)
+        out: list[Any] = []
+
+        def target(
+            worker: AsyncWorker = worker, idle: float | None = until_idle, out: list[Any] = out
+        ) -> None:
+            try:
+                run(worker.run(until_idle=idle))
+            except ReceiveError as exc:
+                out.append(exc)
+
+        thread = threading.Thread(target=target)
+        thread.start()
+        started = clock.now()
+        drive(clock, thread, step=0.25)
+        (raised,) = out
+        assert raised.retryable and worker.error is raised
+        assert lasted <= clock.now() - started <= lasted + 0.5
+
+
+def test_a_handler_that_cannot_take_one_message_is_refused() -> None:
+    async def no_message() -> None:
+        pass
+
+    with pytest.raises(TypeError, match=r"AsyncWorker's handler .* cannot be called with one"):
+        AsyncWorker(MemoryQueue(), no_message, renewer="thread")  # type: ignore[arg-type]

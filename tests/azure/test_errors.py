@@ -119,10 +119,12 @@ def test_connection_refused_is_retry() -> None:
 
     # retry_total=0: the SDK's own retries (15 s backoff) would only slow the receive down;
     # the per-thread clients used for extend/delete/release have them off already.
-    client = QueueClient.from_connection_string(connection_string(_free_port()), "q", retry_total=0)
+    port = _free_port()
+    client = QueueClient.from_connection_string(connection_string(port), "q", retry_total=0)
     with AzureQueueBackend(client) as backend:
         [outcome] = backend.extend([Handle("id", "secret-receipt")], 30)
-        assert outcome == Outcome("retry", detail="ServiceRequestError")
+        where = f"127.0.0.1:{port}"  # named: the endpoint nothing answered at
+        assert outcome == Outcome("retry", detail=f"could not reach {where} (ServiceRequestError)")
         with pytest.raises(AzureQueueError) as info:
             backend.receive()
         assert info.value.kind == "retry"

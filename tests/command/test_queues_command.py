@@ -85,18 +85,32 @@ def test_two_queues_with_weights_run_each_job_once(
 
 
 @pytest.mark.parametrize(
-    ("extra", "words"),
+    ("queues", "extra", "words"),
     [
-        (["--weights", "3"], "--weights has 1 entries for 2 queue(s)"),
-        (["--weights", "3,x"], "expected integers >= 1 separated by commas"),
+        (2, ["--weights", "3"], "--weights 3 gives 1 weight(s) for 2 queues: give one a queue"),
+        (2, ["--weights", "3,x"], "expected integers >= 1 separated by commas (3,1), got '3,x'"),
+        # As typed, with or without "=": the value's own message, not argparse's
+        # "expected one argument" (it takes "-1,1" for a flag).
+        (2, ["--weights=-1,1"], "argument --weights: expected integers >= 1 separated by"),
+        (2, ["--weights", "-1,1"], "expected integers >= 1 separated by commas (3,1), got '-1,1'"),
+        (2, ["--weights", "0,1"], "expected integers >= 1 separated by commas (3,1), got '0,1'"),
+        # One queue: refused, not ignored (the Python API raises on it too).
+        (1, ["--weights", "3,1"], "--weights 3,1 shares the receives among several queues"),
     ],
 )
 def test_weights_that_do_not_fit_the_queues_exit_2(
-    moto_endpoint: str, two_queues: list[str], tmp_path: Path, extra: list[str], words: str
+    moto_endpoint: str,
+    two_queues: list[str],
+    tmp_path: Path,
+    *,
+    queues: int,
+    extra: list[str],
+    words: str,
 ) -> None:
     (tmp_path / "jobs.py").write_text(JOBS)
+    given = [word for url in two_queues[:queues] for word in ("--queue", url)]
     result = subprocess.run(
-        command("jobs:handle", "--queue", two_queues[0], "--queue", two_queues[1], *extra),
+        command("jobs:handle", *given, *extra),
         cwd=tmp_path,
         env=env_for(moto_endpoint),
         capture_output=True,
@@ -108,6 +122,30 @@ def test_weights_that_do_not_fit_the_queues_exit_2(
     assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("flag", ["--sqs", "--queue"])
+def test_a_repeated_queue_flag_serves_every_queue(
+    moto_endpoint: str, two_queues: list[str], tmp_path: Path, flag: str
+) -> None:
+    """``--sqs A --sqs B`` is one worker on both queues, as ``--queue A --queue B`` is
+    (it served only B, silently)."""
+    (tmp_path / "jobs.py").write_text(JOBS)
+    client = make_client(moto_endpoint)
+    for url in two_queues:
+        client.send_message(QueueUrl=url, MessageBody="job")
+    result = subprocess.run(
+        command("jobs:handle", flag, two_queues[0], flag, two_queues[1], "--until-idle", "1"),
+        cwd=tmp_path,
+        env=env_for(moto_endpoint),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    names = [url.rsplit("/", 1)[-1] for url in two_queues]
+    assert sorted(result.stdout.splitlines()) == sorted(f"did {name} job" for name in names)
+
+
 def test_help_shows_several_queues_and_weights() -> None:
     result = subprocess.run(
         command("--help"), capture_output=True, text=True, timeout=60, check=False
@@ -115,3 +153,31 @@ def test_help_shows_several_queues_and_weights() -> None:
     assert result.returncode == 0
     assert "--queue URL [--queue URL ... [--weights W,W,...]]" in result.stdout
     assert "--weights W,W,..." in result.stdout and "Repeat it" in result.stdout
+
+
+def test_each_repeated_queue_flag_names_one_queue_each() -> None:
+    """What ``--mns E Q --mns E Q2``, ``--azure A --azure B`` and one ``--sqs`` give
+    the backends' builder: one queue's flags each."""
+    from leasekeeper.command._reach import each_queue, one_queue
+    from leasekeeper.command.worker import parser
+
+    def queues(*args: str) -> list[tuple[object, ...]]:
+        parsed = parser().parse_args(["jobs:handle", *args])
+        return [(one.sqs, one.mns, one.azure, one.queue) for one in each_queue(parsed)]
+
+    endpoint = "http://127.0.0.1:9"
+    assert queues("--mns", endpoint, "a", "--mns", endpoint, "b") == [
+        (None, [endpoint, "a"], None, None),
+        (None, [endpoint, "b"], None, None),
+    ]
+    assert queues("--azure", "a", "--azure", "b") == [
+        (None, None, "a", None),
+        (None, None, "b", None),
+    ]
+    assert queues("--sqs", "http://q/1/a") == [("http://q/1/a", None, None, None)]
+    assert queues("--queue", "sqs://a", "--queue", "sqs://b") == [
+        (None, None, None, ["sqs://a"]),
+        (None, None, None, ["sqs://b"]),
+    ]
+    one = parser().parse_args(["jobs:handle", "--mns", endpoint, "a"])
+    assert one_queue(one_queue(one)).mns == [endpoint, "a"]  # one queue's stays one

@@ -92,7 +92,12 @@ def test_in_a_terminal_the_demo_redraws_its_timelines_in_place(
 
 def test_config_command_validates(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "--visibility-timeout", "60"]) == 0
-    assert "threshold in force" in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    # Each value once, under the flag that sets it; the derived threshold as a number.
+    assert "--visibility-timeout   60.0" in out
+    assert "--extend-threshold     20 (derived)" in out
+    assert "--max-lease-duration   unset" in out
+    assert not any("None" in line or "threshold in force" in line for line in out)
     assert main(["config", "--visibility-timeout", "2", "--minimal-life", "5"]) == 2
     assert "must exceed" in capsys.readouterr().err
 
@@ -107,3 +112,32 @@ def test_python_dash_m_entry_point() -> None:
     )
     assert result.returncode == 2
     assert "--extend-threshold (40) must be less than --visibility-timeout (30)" in result.stderr
+
+
+def test_the_install_hints_name_what_each_extra_brings() -> None:
+    """The missing-SDK errors name the extra's own packages (leasekeeper is not on
+    PyPI, so ``pip install 'leasekeeper[sqs]'`` works only where it is installed):
+    ``leasekeeper.errors.EXTRAS`` is pyproject.toml's optional-dependencies, and each
+    backend module's message is ``install_hint`` of its extra."""
+    import importlib.metadata
+    import re
+    from pathlib import Path
+
+    from leasekeeper.errors import EXTRAS, install_hint
+
+    declared: dict[str, list[str]] = {}
+    for requirement in importlib.metadata.requires("leasekeeper") or []:
+        name, _, marker = requirement.partition(";")
+        extra = re.search(r"extra == [\"']([^\"']+)[\"']", marker)
+        if extra is not None:
+            declared.setdefault(extra.group(1), []).append(name.strip().replace(" ", ""))
+    for extra, requirement in EXTRAS.items():
+        assert declared[extra] == [requirement.replace(" ", "")], extra
+    source = Path(__file__).resolve().parents[2] / "src" / "leasekeeper"
+    for extra, module in (
+        ("sqs", "backends/sqs/backend.py"),
+        ("mns", "backends/mns.py"),
+        ("azure", "backends/azure.py"),
+        ("redis", "backends/redis.py"),
+    ):
+        assert install_hint(extra) in (source / module).read_text(), module

@@ -98,6 +98,43 @@ def test_release_after_an_unrenewed_deadline(clock: ManualClock, rotate: bool) -
 
 
 @pytest.mark.parametrize("rotate", [False, True])
+@pytest.mark.parametrize("operation", ["complete", "release"])
+def test_an_extend_failing_before_close_does_not_decide_the_handlers_call(
+    clock: ManualClock, rotate: bool, operation: str
+) -> None:
+    # An extend fails (a transient error), close(release=False) stops renewal before
+    # its retry, the deadline passes. The lease lapsed because nothing renews it any
+    # more - as in the tests above - not after transient errors all the way to its
+    # deadline: that is the extender's verdict on its own retries, and says nothing
+    # of a delete or release never tried. Where receipts rotate, the call is sent and
+    # the queue decides; where they do not, nothing is sent, and the error says why.
+    queue, backend, manager = setup(clock, rotate)
+    queue.send("job")
+    lease = manager.register(backend.receive()[0])
+    backend.script("extend", "retry")
+    due = manager.next_wakeup()
+    assert due is not None
+    clock.advance(due - clock.now())  # the extend is sent, and fails
+    assert backend.calls["extend"] == 1 and lease.state is LeaseState.ACTIVE
+    manager.close(release=False)
+    clock.advance(VIS)  # its deadline passes; nobody else received it
+    act = lease.complete if operation == "complete" else lambda: lease.release(5.0)
+    call = "delete" if operation == "complete" else "release"
+    if rotate:
+        act()  # the queue itself vouches for the receipt
+        assert lease.state is (
+            LeaseState.COMPLETED if operation == "complete" else LeaseState.RELEASED
+        )
+        assert backend.calls[call] == 1
+        assert queue.deleted_ids == ([lease.id] if operation == "complete" else [])
+    else:
+        with pytest.raises(LeaseLost, match=f"ran out before the {call} was sent"):
+            act()
+        assert lease.state is LeaseState.LOST and backend.calls[call] == 0
+        assert manager.reports == [LostReason.LAPSED]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("rotate", [False, True])
 def test_an_extend_answered_after_the_deadline(clock: ManualClock, rotate: bool) -> None:
     # The call leaves on time (10 s before the deadline) but takes 12 s: the
     # service may have got it after the deadline, when its success proves nothing.

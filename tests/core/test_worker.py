@@ -337,3 +337,145 @@ def test_retryable_receive_errors_are_retried_with_backoff(
     # The pauses grew (0.2 s, 0.4 s, 0.8 s, jittered): the job waited them out on the
     # worker's clock before being handled.
     assert clock.now() - started >= 5 + 0.2 * 0.8 + 0.4 * 0.8 + 0.8 * 0.8
+
+
+# ------------------------------------------------------------------ a queue that cannot be reached
+
+
+def test_a_queue_never_reached_stops_the_run_after_reach_within(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/guide.md, "When a service cannot be reached": at start, an unreachable
+    queue is a mistake to report, not an outage to wait out: run() raises the last
+    (retryable) error once REACH_WITHIN seconds passed without an answer."""
+    from leasekeeper.receiving import REACH_WITHIN
+
+    faulty = FaultyBackend(MemoryQueue(30.0, clock=clock))
+    faulty.script("receive", *["retry"] * 200)
+    caplog.set_level(logging.WARNING, logger="leasekeeper.worker")
+    worker = Worker(faulty, lambda message: None, clock=clock, renewer="thread", **MANUAL)
+    thread, out = run_in_thread(worker.run)
+    started = clock.now()
+    drive(clock, thread, step=0.5)
+    (raised,) = out
+    assert isinstance(raised, ReceiveError) and raised.retryable and worker.error is raised
+    # Bounded: given up at REACH_WITHIN of its clock, not a backoff pause later.
+    assert REACH_WITHIN <= clock.now() - started <= REACH_WITHIN + 1
+    assert any(f"no answer from the queue in {REACH_WITHIN:g}s" in r.getMessage()
+               for r in caplog.records if r.levelno == logging.ERROR)  # fmt: skip
+    assert worker.manager.closed
+
+
+def test_until_idle_ends_a_run_whose_queue_cannot_be_reached(clock: ManualClock) -> None:
+    """run(until_idle=N) ends N seconds after the last message, reachable or not, and
+    raises when the queue never answered (a cron drain must not hang)."""
+    faulty = FaultyBackend(MemoryQueue(30.0, clock=clock))
+    faulty.script("receive", *["retry"] * 200)
+    worker = Worker(faulty, lambda message: None, clock=clock, renewer="thread", **MANUAL)
+    thread, out = run_in_thread(worker.run, until_idle=3)
+    started = clock.now()
+    drive(clock, thread, step=0.25)
+    (raised,) = out
+    assert isinstance(raised, ReceiveError) and raised.retryable
+    assert 3 <= clock.now() - started <= 3.5
+
+
+def test_a_queue_that_answered_once_is_retried_past_reach_within(clock: ManualClock) -> None:
+    """Once the queue has answered, an outage is retried for ever; with until_idle the
+    run ends after N idle seconds, and returns (the queue was reached)."""
+    from leasekeeper.receiving import REACH_WITHIN
+
+    queue = MemoryQueue(30.0, clock=clock)
+    queue.send("job")
+    faulty = FaultyBackend(queue)
+    faulty.script("receive", "pass", *["retry"] * 400)
+    done: list[str] = []
+    worker = Worker(faulty, lambda m: done.append(m.id), clock=clock, renewer="thread", **MANUAL)
+    thread, out = run_in_thread(worker.run)
+    started = clock.now()
+    while clock.now() - started < 3 * REACH_WITHIN:  # past the start window, still running
+        assert thread.is_alive() and not out
+        if clock.wait_for_sleepers(1, timeout=0.2):
+            clock.advance(1.0)
+    worker.stop(0)
+    drive(clock, thread)
+    assert done == ["m-000001"] and out == [worker.stats] and worker.error is None
+    again = FaultyBackend(MemoryQueue(30.0, clock=clock))
+    again.script("receive", "pass", *["retry"] * 400)
+    idle = Worker(again, lambda m: None, clock=clock, renewer="thread", **MANUAL)
+    thread, out = run_in_thread(idle.run, until_idle=5)
+    started = clock.now()
+    drive(clock, thread, step=0.5)
+    assert out == [idle.stats] and 5 <= clock.now() - started <= 6
+
+
+# ------------------------------------------------------------------ the handler, Ctrl-C
+
+
+@pytest.mark.parametrize(
+    ("handler", "words"),
+    [
+        (lambda: None, "takes () (too many positional arguments)"),
+        (lambda message, context: None, "takes (message, context) (missing a required argument"),
+    ],
+)
+def test_a_handler_that_cannot_take_one_message_is_refused_at_construction(
+    handler: Any, words: str
+) -> None:
+    """As the command refuses it: accepted, every message would fail with a TypeError
+    and be retried for ever."""
+    with pytest.raises(TypeError, match="cannot be called with one message") as raised:
+        Worker(MemoryQueue(), handler, renewer="thread")
+    assert words in str(raised.value) and "def handle(message)" in str(raised.value)
+    Worker(MemoryQueue(), lambda message, context=None: None, renewer="thread").manager.close()
+    Worker(MemoryQueue(), print, renewer="thread").manager.close()  # *args: fine
+
+
+FIRST_SIGNAL = textwrap.dedent(
+    """
+    import sys, time
+    from leasekeeper import MemoryQueue, Worker
+
+    queue = MemoryQueue()
+    queue.send("job")
+
+    def handle(message):
+        print("started", flush=True)
+        time.sleep(15)
+
+    # No logging set up: Python's last-resort handler prints WARNING and above.
+    Worker(queue, handle, shutdown_timeout=25, renewer="thread").run()
+    print("ended", flush=True)
+    """
+)
+
+
+def test_the_first_ctrl_c_says_at_once_what_the_worker_waits_for(tmp_path: Path) -> None:
+    script = tmp_path / "first_signal.py"
+    script.write_text(FIRST_SIGNAL)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline().strip() == "started"
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        line = proc.stderr.readline()
+        assert time.monotonic() - sent < 2, "the first Ctrl-C said nothing for 2 s"
+        assert line.strip() == (
+            "Ctrl-C (SIGINT): stopping; waiting up to 25s for 1 running handler(s) to "
+            "finish (their leases renewed meanwhile); a second Ctrl-C releases their "
+            "messages now"
+        )
+        proc.send_signal(signal.SIGINT)  # the second: released now, not in 13 s
+        out, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0 and out.strip() == "ended"
+        assert "releasing running messages now" in err
+    finally:
+        proc.kill()
+        proc.wait()

@@ -22,6 +22,8 @@ from sybil import Document, Example, Region, Sybil
 from sybil.parsers.markdown.codeblock import CodeBlockParser
 from sybil.parsers.markdown.skip import SkipParser
 
+from tests.docs.shell import ShellBlockParser
+
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 DOCS = REPO / "docs"
@@ -76,8 +78,20 @@ def evaluate_block(example: Example) -> None:
     namespace.pop("__builtins__", None)
 
 
+def evaluate_shell(example: Example) -> None:
+    """Run one ``<!-- shell: run -->`` block in its page's shell session
+    (tests/docs/shell.py)."""
+    __tracebackhide__ = True
+    harness = example.namespace["harness"]
+    harness.shell.run(example.parsed, example.path)
+
+
 DOCS_SYBIL = Sybil(
-    parsers=[ReasonedSkipParser(), CodeBlockParser(language="python", evaluator=evaluate_block)],
+    parsers=[
+        ReasonedSkipParser(),
+        CodeBlockParser(language="python", evaluator=evaluate_block),
+        ShellBlockParser(evaluate_shell),
+    ],
     patterns=["*.md"],
     path=str(REPO),
     fixtures=["harness"],

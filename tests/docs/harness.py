@@ -313,6 +313,7 @@ class DocsHarness:
         self._patch = pytest.MonkeyPatch()
         self._cleanups: list[Callable[[], None]] = []
         self._mns_server: Any = None
+        self._shell: Any = None
         self._sent = 0
         self._endpoints: dict[str, str] = {}  # a page's local endpoint -> the session's moto
         self._local_queues: dict[str, str] = {}  # local_sqs's queues: name -> moto's URL
@@ -525,6 +526,18 @@ class DocsHarness:
         self._patch.setitem(sys.modules, "testcontainers", package)
         self._patch.setitem(sys.modules, "testcontainers.localstack", module)
 
+    def track_sqs(self, endpoint: str, url: str, region: str = "us-east-1") -> None:
+        """Check, after the page, the queue at ``url`` a page made on a server of its
+        own (its shell block started it at ``endpoint``)."""
+        self.tracked.append(TrackedSQS(endpoint, region, url))
+
+    def track_azure(self, connection_string: str, name: str) -> None:
+        """Check, after the page, the Azure queue ``name`` a page made itself."""
+        from azure.storage.queue import QueueClient
+
+        client = QueueClient.from_connection_string(connection_string, name)
+        self.tracked.append(TrackedAzure(client))
+
     def setenv(self, name: str, value: str) -> None:
         """Set an environment variable for the rest of the page (the reader's
         ``export``)."""
@@ -636,6 +649,16 @@ class DocsHarness:
         if twice:
             problems.append(f"processed more than once: {', '.join(twice)}")
         assert not problems, "; ".join(problems)
+
+    @property
+    def shell(self) -> Any:
+        """The page's shell session (tests/docs/shell.py), made when first needed."""
+        if self._shell is None:
+            from tests.docs.shell import ShellSession
+
+            self._shell = ShellSession(self.setenv)
+            self._cleanups.append(self._shell.close)
+        return self._shell
 
     def finish(self) -> None:
         """After the page: close every manager, then no message may be left invisible."""

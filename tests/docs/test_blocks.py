@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from leasekeeper import LeaseTooShort
-from tests.docs.blocks import DOCS_SYBIL, documented_pages
+from tests.docs.blocks import DOCS, DOCS_SYBIL, documented_pages
 from tests.docs.harness import DocsHarness
+from tests.docs.shell import ACCOUNTED, unaccounted_blocks
 
 FENCE = re.compile(r"^[ \t>*+-]*(`{3,}|~{3,})[ \t]*(\S*)(.*)$", re.MULTILINE)
 
@@ -202,3 +203,94 @@ process("job-1")
 ```
 """,
         )
+
+
+# ------------------------------------------------------------------ shell blocks
+
+
+@pytest.mark.parametrize("name", ACCOUNTED)
+def test_every_shell_block_of_a_set_up_page_runs_or_says_why(name: str) -> None:
+    """docs/installation.md and docs/local-development.md are followed as written:
+    each ```sh block runs in the suite, or is marked with why it cannot."""
+    assert unaccounted_blocks((DOCS / name).read_text()) == []
+
+
+def test_shell_blocks_share_a_session_and_their_exports_reach_python(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    harness = run_page(
+        tmp_path,
+        request,
+        """
+<!-- shell: run -->
+```sh
+mkdir -p there && cd there
+export GREETING="hello from the shell"
+```
+
+<!-- shell: run -->
+```sh
+test "$(basename "$PWD")" = there    # where the last block left off
+echo "$GREETING" > said.txt
+```
+
+```python
+import os
+assert os.environ["GREETING"] == "hello from the shell"
+```
+""",
+    )
+    assert harness.processed == {}
+
+
+def test_a_failing_shell_block_fails_with_its_output(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    with pytest.raises(AssertionError, match=r"(?s)exited 3.*the reason it failed"):
+        run_page(
+            tmp_path,
+            request,
+            """
+<!-- shell: run -->
+```sh
+echo "the reason it failed" >&2
+exit 3
+```
+""",
+        )
+
+
+def test_a_served_block_starts_its_server_until_the_page_ends(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from tests.services import free_port
+
+    port = free_port()
+    run_page(
+        tmp_path,
+        request,
+        f"""
+<!-- shell: run, serves {port} -->
+```sh
+python -m http.server {port} --bind 127.0.0.1
+python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/')"
+```
+
+```python
+import urllib.request
+assert urllib.request.urlopen("http://127.0.0.1:{port}/").status == 200
+```
+""",
+    )
+    import socket
+
+    # Stopped with the page: nothing listens any more.
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), 5):
+        pass
+
+
+def test_a_block_that_is_not_run_must_say_why(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("<!-- shell: not run -->\n```sh\ndocker run x\n```\n")
+    with pytest.raises(ValueError, match="must say why"):
+        DOCS_SYBIL.parse(page)

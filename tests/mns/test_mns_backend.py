@@ -42,6 +42,7 @@ from leasekeeper import (
     Worker,
 )
 from leasekeeper.backends.mns import MNSBackend, MNSQueueError, classify_error
+from leasekeeper.backends.shared import host_port
 from leasekeeper.testing.mns_server import MNSServer
 from tests.mns.conftest import ACCESS_ID, ACCESS_KEY, FakeClock, sdk_queue
 
@@ -95,7 +96,7 @@ def test_import_without_the_sdk_names_the_extra() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
-    assert "pip install 'leasekeeper[mns]'" in out.stdout
+    assert "pip install 'aliyun-mns-sdk>=1.3'" in out.stdout
     assert "aliyun-mns-sdk" in out.stdout
 
 
@@ -666,15 +667,18 @@ def test_stopped_server_is_a_network_error_to_retry() -> None:
         send(queue, "x")
         backend = MNSBackend(queue)
         (message,) = backend.receive()
+        where = host_port(server.endpoint)
     finally:
         server.stop()
-    assert backend.extend([message.handle], 30) == [Outcome("retry", detail="NetWorkException")]
+    # Unreachable: the detail names the server (host:port), as every backend's does.
+    unreachable = f"could not reach {where} (NetWorkException)"
+    assert backend.extend([message.handle], 30) == [Outcome("retry", detail=unreachable)]
     assert backend.release([message.handle], 0)[0].kind == "retry"
-    assert backend.delete([message.handle]) == [Outcome("retry", detail="NetWorkException")]
+    assert backend.delete([message.handle]) == [Outcome("retry", detail=unreachable)]
     assert [o.kind for o in backend.delete([message.handle] * 2)] == ["retry", "retry"]
     with pytest.raises(MNSQueueError) as info:
         backend.receive()
-    assert (info.value.kind, info.value.detail) == ("retry", "NetWorkException")
+    assert (info.value.kind, info.value.detail) == ("retry", unreachable)
 
 
 def test_classify_error_of_other_exceptions() -> None:

@@ -35,6 +35,8 @@ NOT_API = {
     "leasekeeper.command.cli",
     "leasekeeper.command.demo",
     "leasekeeper.command.worker",
+    "leasekeeper.command.send",
+    "leasekeeper.command.stats",
     "leasekeeper.decorator",
     "leasekeeper.backends",
     # The backends' own plumbing, public to one another, not to users: the URL

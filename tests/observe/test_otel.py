@@ -388,8 +388,8 @@ def test_an_async_worker_gets_a_span_per_handler_run(
 @pytest.mark.parametrize(
     ("module", "dependency", "extra"),
     [
-        ("leasekeeper.otel", "opentelemetry", "leasekeeper[otel]"),
-        ("leasekeeper.prometheus", "prometheus_client", "leasekeeper[prometheus]"),
+        ("leasekeeper.otel", "opentelemetry", "pip install 'opentelemetry-api>=1.27'"),
+        ("leasekeeper.prometheus", "prometheus_client", "pip install 'prometheus-client>=0.20'"),
     ],
 )
 def test_a_missing_extra_is_named(module: str, dependency: str, extra: str) -> None:

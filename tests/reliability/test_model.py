@@ -20,8 +20,13 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
+import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
 from typing import ClassVar
 
 import pytest
@@ -557,9 +562,57 @@ def quiet_logs(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.CRITICAL, logger="leasekeeper")
 
 
+# The hang guard of the model test, in CPU seconds (see cpu_budget): it needs about
+# one CPU-minute; the suite's guard is 300 s.
+CPU_BUDGET = 300.0
+
+
+class CpuBudgetExceeded(BaseException):
+    """Not an Exception, so that hypothesis stops at once rather than take it for a
+    failing example and shrink it (the guard does not fire again on a replay)."""
+
+
+@contextmanager
+def cpu_budget(seconds: float) -> Iterator[None]:
+    """Fail the test if the process spends ``seconds`` of CPU time in it.
+
+    pytest-timeout's limit is in wall-clock seconds, a guard against a real-time
+    wait that never ends. The model test has none to guard against: on a
+    ManualClock it never reads the real time, waits or starts a thread. It is
+    CPU-bound, so its wall time is its CPU time divided by the share a loaded
+    machine gives it: under other test runs and a CPU hog it got ~12 % of a core,
+    and was cut off at 300 s, mid-run or mid-shrink (FlakyStrategyDefinition).
+    A limit in CPU seconds (``ITIMER_PROF``) still ends a loop that never
+    returns, and does not depend on the machine's load."""
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("cpu_budget() arms a signal: it runs on the main thread")
+
+    def exceeded(signum: int, frame: FrameType | None) -> None:
+        raise CpuBudgetExceeded(f"the test used more than {seconds:g} s of CPU")
+
+    previous = signal.signal(signal.SIGPROF, exceeded)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        yield
+    except BaseException as exc:
+        # Hypothesis reports an example cut short as FlakyStrategyDefinition, the
+        # guard's exception only as its context: say first what happened.
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, CpuBudgetExceeded):
+            cause = cause.__context__
+        if cause is None or cause is exc:
+            raise
+        raise CpuBudgetExceeded(f"{cause} (hypothesis reported: {exc!r:.200})") from exc
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+
+
+@pytest.mark.timeout(0)  # the CPU budget below is its hang guard
 def test_lease_manager_against_the_model() -> None:
     LeaseMachine.seen.clear()
-    run_state_machine_as_test(LeaseMachine, settings=settings.get_profile(PROFILE))
+    with cpu_budget(CPU_BUDGET):
+        run_state_machine_as_test(LeaseMachine, settings=settings.get_profile(PROFILE))
     seen = LeaseMachine.seen
     # The examples reached every kind of ending and every handler-operation outcome.
     for needed in (

@@ -1,31 +1,40 @@
-"""``LeaseManager``'s default renewer is ``"auto"``, as the workers' is (issue 31).
+"""``LeaseManager``'s default renewer is ``"auto"``, as the workers' is (issue 31), and
+so are the module-level forms' (issue 47).
 
 What a user of a bare ``LeaseManager`` on SQS now gets without asking: a renewer
 process, so a handler that holds the GIL past the visibility timeout keeps its
 lease. Asking for what only the thread renewer has (an ``executor``, a
 ``jitter_seed``) is choosing it, and the framework integrations, which own their
-worker processes, keep the thread renewer unless told.
+worker processes, keep the thread renewer unless told. A script in the
+module-level form (``for held in leasekeeper.receive(queue): with held: ...``)
+killed by SIGTERM gives its message back at once; stopped by Ctrl-C, too, and says
+nothing of a failure.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from leasekeeper import LeaseManager, LeaseState
+import leasekeeper
+from leasekeeper import LeaseManager, LeaseState, Message
 from leasekeeper.backends.sqs import SQSBackend
+from leasekeeper.defaults import default_manager
 from leasekeeper.integrations.frameworks import FrameworkLeases, QueueSetup
 from tests.core.test_lapses import hold_the_gil
 from tests.renewer.test_process import fill
-from tests.services import make_client
+from tests.services import CHILD_ENV, make_client
 from tests.sqs.test_moto import queue_counts
 
 pytestmark = [pytest.mark.realtime, pytest.mark.slow]
@@ -136,7 +145,7 @@ def test_a_leasekeeper_without_its_package_metadata_still_renews_from_a_process(
         logging.basicConfig(level=logging.WARNING, stream=sys.stdout)
         from leasekeeper import LeaseManager
         from leasekeeper.backends.sqs import SQSBackend
-        from tests.services import make_client
+        from tests.services import CHILD_ENV, make_client
         backend = SQSBackend(make_client(sys.argv[1]), sys.argv[2])
         manager = LeaseManager(backend, visibility_timeout=5)
         got = backend.receive(max_messages=1, wait_seconds=1, visibility_timeout=5)
@@ -158,3 +167,89 @@ def test_a_leasekeeper_without_its_package_metadata_still_renews_from_a_process(
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "renewer: process"  # and no WARNING line before it
     assert queue_counts(make_client(moto_endpoint), queue_url) == (0, 0)
+
+
+def test_the_module_level_forms_renew_in_a_process(moto_endpoint: str, queue_url: str) -> None:
+    """``leasekeeper.receive``, ``lease(msg)`` and ``@leased`` share the per-process
+    default manager of the queue, which renews from a renewer process."""
+    fill(moto_endpoint, queue_url, 3)
+    backend = SQSBackend(make_client(moto_endpoint), queue_url)
+
+    @leasekeeper.leased
+    def handle(message: Message) -> None:
+        assert leasekeeper.lease(message)  # the same manager's
+
+    try:
+        got: list[Any] = []
+        while len(got) < 3:
+            got += leasekeeper.receive(backend, max_messages=3, wait_seconds=1)
+        manager = default_manager(backend)
+        assert manager.renewer.name == "process"
+        assert manager.renewer_pid not in (0, os.getpid())
+        with got[0]:
+            pass
+        with leasekeeper.lease(got[1].message):
+            pass
+        handle(got[2].message)
+        assert manager.stats().completed == 3
+    finally:
+        leasekeeper.shutdown()
+    assert queue_counts(make_client(moto_endpoint), queue_url) == (0, 0)
+
+
+def start_module_level_script(endpoint: str, url: str) -> tuple[subprocess.Popen[str], str]:
+    """``tests.renewer.module_level`` at work on the one message of the queue: the
+    process and the message's id."""
+    script = subprocess.Popen(
+        [sys.executable, "-m", "tests.renewer.module_level", endpoint, url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **CHILD_ENV},
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert script.stdout is not None
+    line = script.stdout.readline().split()
+    assert line[:1] == ["working"], f"{line}: {script.stderr.read() if script.stderr else ''}"
+    return script, line[1]
+
+
+def back_after(endpoint: str, url: str, message_id: str, limit: float) -> float:
+    """Seconds until another consumer receives ``message_id`` (at most ``limit``)."""
+    other = make_client(endpoint)
+    begun = time.monotonic()
+    while time.monotonic() - begun < limit:
+        got = other.receive_message(QueueUrl=url, WaitTimeSeconds=1, VisibilityTimeout=60)
+        if [m["MessageId"] for m in got.get("Messages", [])] == [message_id]:
+            return time.monotonic() - begun
+    raise AssertionError(f"message not back within {limit:g}s")
+
+
+# The queue's visibility timeout, and the leases': without a release on the way out
+# a message would be back only after it (29.5 s was measured before issue 47).
+SCRIPT_VISIBILITY = 30
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_a_module_level_script_stopped_gives_its_message_back_at_once(
+    moto_endpoint: str, queue_url: str, stop: signal.Signals
+) -> None:
+    """SIGTERM (the default action: no Python code runs) and Ctrl-C (a
+    KeyboardInterrupt in ``with held:``): either way the message is back well within
+    its visibility timeout, and Ctrl-C says nothing of a failed handler or of
+    poison messages."""
+    fill(moto_endpoint, queue_url, 1)
+    script, message_id = start_module_level_script(moto_endpoint, queue_url)
+    try:
+        time.sleep(0.5)
+        script.send_signal(stop)
+        took = back_after(moto_endpoint, queue_url, message_id, SCRIPT_VISIBILITY / 2)
+        _, err = script.communicate(timeout=30)
+    finally:
+        script.kill()
+        script.wait()
+    print(f"\nback {took:.2f}s after {stop.name}")
+    if stop is signal.SIGINT:
+        assert "KeyboardInterrupt" in err  # Python's own traceback, and nothing else:
+        for said in ("handler failed", "released: back in", "retried for ever", "dead-letter"):
+            assert said not in err, err

@@ -218,9 +218,12 @@ def test_a_killed_worker_s_messages_come_back_at_once(moto_endpoint: str, queue_
     assert not alive(renewer), "the renewer outlived its worker"
 
 
-def test_a_killed_renewer_s_leases_are_reported_lost_and_a_new_one_takes_over(
-    moto_endpoint: str, queue_url: str
+def test_a_killed_renewer_that_no_other_can_replace_loses_its_leases(
+    moto_endpoint: str, queue_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The renewer dies and no other can start in its place (tests/renewer/
+    test_takeover.py has the takeover itself): every lease it held is reported lost,
+    a complete raises LeaseLost, and the next register starts a renewer again."""
     fill(moto_endpoint, queue_url, 6)
     backend = SQSBackend(make_client(moto_endpoint), queue_url)
     reports: list[tuple[Any, str]] = []
@@ -236,9 +239,10 @@ def test_a_killed_renewer_s_leases_are_reported_lost_and_a_new_one_takes_over(
             messages += backend.receive(max_messages=6 - len(messages), wait_seconds=1)
         leases = [manager.register(m) for m in messages[:5]]
         first = manager.renewer_pid
+        monkeypatch.setattr(sys, "executable", "/bin/false")  # no renewer starts now
         os.kill(first, signal.SIGKILL)
         for lease in leases:
-            assert lease.lost.wait(20), "a lease of the dead renewer was not reported"
+            assert lease.lost.wait(60), "a lease of the dead renewer was not reported"
         deadline = time.monotonic() + 10
         while len(reports) < 5 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -248,11 +252,14 @@ def test_a_killed_renewer_s_leases_are_reported_lost_and_a_new_one_takes_over(
         assert all(lease.state is LeaseState.LOST for lease in leases)
         with pytest.raises(LeaseLost):
             leases[0].complete()
+        monkeypatch.undo()
         # New leases go to a new renewer.
         fresh = manager.register(messages[5])
         assert manager.renewer_pid not in (0, first)
         fresh.complete()
         assert fresh.state is LeaseState.COMPLETED
+        stats = manager.stats()
+        assert (stats.lost, stats.lost_reasons) == (5, {"renewer_died": 5})
     finally:
         manager.close()
 

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from leasekeeper import LeaseLost, LeaseManager, LeaseState
+from leasekeeper import LeaseManager, LeaseState
 from leasekeeper.backends.sqs import SQSBackend
 from leasekeeper.renewers._frames import Done, FrameReader, recv_frame, send_frame
 from leasekeeper.renewers._replies import Replies
@@ -199,9 +199,12 @@ def queue_url(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[s
 
 @pytest.mark.realtime
 @pytest.mark.slow
-def test_a_renewer_killed_while_eight_threads_wait_on_completes_fails_them_all_at_once(
+def test_a_renewer_killed_while_eight_threads_wait_on_completes_has_its_successor_do_them(
     moto_endpoint: str, queue_url: str
 ) -> None:
+    """Eight completes wait on a renewer that answers nothing (stopped), and it is
+    killed: each is asked again of the renewer started in its place, which took the
+    leases over, and done there - none lost, none left waiting for a timeout."""
     backend = SQSBackend(make_client(moto_endpoint), queue_url)
     lost: list[str] = []
     manager = LeaseManager(
@@ -234,19 +237,14 @@ def test_a_renewer_killed_while_eight_threads_wait_on_completes_fails_them_all_a
         for thread in threads:
             thread.start()
         started.wait()
-        time.sleep(0.3)  # (a complete not yet sent when it dies fails the same way)
+        time.sleep(0.3)  # (a complete not yet sent when it dies goes the same way)
         os.kill(pid, signal.SIGKILL)
-        took = time.monotonic()
         for thread in threads:
-            thread.join(10)
-        took = time.monotonic() - took
-        assert all(isinstance(error, LeaseLost) for error in errors), errors
-        assert took < 5.0  # at once, not after a timeout
-        assert all(lease.state is LeaseState.LOST for lease in leases)
-        deadline = time.monotonic() + 10
-        while len(lost) < 8 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        # on_lost told of each, on the notifier thread (never a handler's or a reader's)
-        assert lost == ["leasekeeper-renewer-notify"] * 8
+            thread.join(60)
+        assert errors == [None] * 8
+        assert all(lease.state is LeaseState.COMPLETED for lease in leases)
+        assert manager.renewer_pid not in (0, pid)
+        stats = manager.stats()
+        assert (stats.lost, lost) == (0, [])
     finally:
         manager.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -139,6 +140,81 @@ def test_a_process_renewer_renews_through_handlers_that_hold_the_gil(
     assert all(r["attempts"] == 1 and r["receive_count"] == 1 for r in rows), rows
     handled = runs(tmp_path / "runs.log")
     assert len(handled) == 6 and max(handled.values()) == 1, "a message was handled twice"
+    assert queue_depth(client, url) == 0
+
+
+def renewer_children() -> list[int]:
+    """The renewer processes this process started (``leasekeeper.renewers._main``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                command = cmdline.read()
+        except (OSError, ValueError):
+            continue
+        if ppid == os.getpid() and b"leasekeeper.renewers._main" in command:
+            found.append(int(entry))
+    return found
+
+
+def test_an_executor_s_renewer_process_that_dies_is_replaced_and_loses_nothing(
+    spark: Any, moto_endpoint: str, make_queue: Any, tmp_path: Path
+) -> None:
+    """Each Python worker's renewer process (the default, ``renewer="auto"``) is
+    SIGKILLed at the first job it renews, as the OOM killer would, and the jobs run
+    on for 1.5 visibility timeouts: a new renewer process takes their leases over,
+    every job runs once and completes, none is lost."""
+    visibility = 6
+    config = LeaseConfig(
+        visibility_timeout=visibility, timer_interval=0.5, minimal_life=1.0, release_delay=120
+    )
+    client = make_client(moto_endpoint)
+    url = make_queue(visibility)
+    sent = fill(client, url, 6)
+    record = journal(tmp_path / "runs.log")
+    kills = str(tmp_path / "kills")
+    os.mkdir(kills)
+
+    def handler(message: Message) -> str:
+        record(message)
+        try:  # once a Python worker: the first of its jobs to get here
+            flag = os.open(f"{kills}/{os.getpid()}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            pass
+        else:
+            renewers = renewer_children()
+            for pid in renewers:
+                os.kill(pid, signal.SIGKILL)
+            os.write(flag, str(len(renewers)).encode())
+            os.close(flag)
+        time.sleep(1.5 * visibility)
+        return "ok"
+
+    result = run_drain(
+        spark,
+        SQSSource(url, region="us-east-1", endpoint_url=moto_endpoint),
+        handler,
+        output=str(tmp_path / "out"),
+        partitions=2,
+        batch_size=3,
+        config=config,
+        idle_seconds=2,
+    )
+    killed = [int(Path(kills, name).read_text()) for name in os.listdir(kills)]
+    # (each Python worker's: this drain's, and any an earlier drain's manager still
+    # holding leases keeps there)
+    assert killed and all(n >= 1 for n in killed), f"renewer processes killed: {killed}"
+    rows = result.frame.collect()
+    assert sorted(r["id"] for r in rows) == sorted(sent)
+    assert {r["status"] for r in rows} == {"completed"}
+    assert all(r["attempts"] == 1 and r["receive_count"] == 1 for r in rows), rows
+    handled = runs(tmp_path / "runs.log")
+    assert len(handled) == 6 and max(handled.values()) == 1, "a message was handled twice"
+    assert result.report.lost == 0
     assert queue_depth(client, url) == 0
 
 

@@ -21,6 +21,7 @@ import pytest
 from leasekeeper import LeaseConfig
 from leasekeeper.spark import AzureQueueSource, SQSSource, read_stream, register
 from leasekeeper.spark.stream_rows import COLUMNS
+from tests.spark.cluster import descendants
 from tests.spark.test_drain import fill, queue_depth
 from tests.sqs.conftest import make_client
 
@@ -199,14 +200,14 @@ def test_executor_loss_costs_nothing(spark: Any, sqs: Any, tmp_path: Path) -> No
 
 
 def runner_pids() -> set[int]:
-    """The query readers' processes (PySpark's python_streaming_source_runner)."""
+    """The query readers' processes (PySpark's python_streaming_source_runner) of this
+    session: started by its driver, a child of this process - not those of whatever
+    else runs Spark on the machine."""
     found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-                if b"python_streaming_source_runner" in cmdline:
-                    found.add(int(entry))
+    for pid in descendants(os.getpid()):
+        with contextlib.suppress(OSError):
+            if b"python_streaming_source_runner" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(pid)
     return found
 
 
@@ -216,11 +217,12 @@ def runner_pids() -> set[int]:
 def test_driver_loss_costs_one_visibility_timeout(
     spark: Any, sqs: Any, tmp_path: Path, partitions: int
 ) -> None:
-    """The reader's process is killed (SIGKILL: nothing released) while a batch runs:
-    its leases lapse, the messages come back after one visibility timeout, and a
-    restart from the checkpoint reads them again (the batch the offset log names
-    but the commit log does not is replayed empty). At least once: duplicates only
-    from the batch running at the kill."""
+    """The reader's process is killed (SIGKILL: it releases nothing itself) while a
+    batch runs: its renewer process sees it die and releases its messages (with a
+    renewer thread they would lapse after one visibility timeout), and a restart
+    from the checkpoint reads them again (the batch the offset log names but the
+    commit log does not is replayed empty). At least once: duplicates only from the
+    batch running at the kill."""
     from pyspark.sql import functions as F
 
     client, url, source = sqs
@@ -254,7 +256,7 @@ def test_driver_loss_costs_one_visibility_timeout(
     finally:
         query.stop()
     running |= set(marked(marks))
-    # Nobody renews the dead reader's leases: its messages come back by themselves.
+    # Nobody renews the dead reader's leases: its renewer process released them.
     took = wait_for(lambda: not_visible(client, url) == 0, 60, "the held messages to lapse")
     print(f"\nthe dead reader's messages were back {took:.2f}s after the query ended")
     run_available_now(

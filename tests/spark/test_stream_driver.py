@@ -1,4 +1,5 @@
-"""StreamDriver, the driver-side half of read_stream, on MemoryQueue (no Spark needed).
+"""StreamDriver, the driver-side half of read_stream, on MemoryQueue (no Spark needed),
+and on moto's SQS where its renewer process matters.
 
 Offsets, deletes when Spark asks for the next batch, replays and restarts,
 admission control, Trigger.AvailableNow, lost leases, stop and SIGTERM.
@@ -22,11 +23,17 @@ import pytest
 from leasekeeper import LeaseConfig, Message
 from leasekeeper.backends.base import ForwardingBackend
 from leasekeeper.backends.memory import MemoryQueue
+from leasekeeper.backends.sqs import SQSBackend
 from leasekeeper.errors import ReceiveError
 from leasekeeper.spark import SQSSource
 from leasekeeper.spark.stream_driver import StreamDriver, StreamStopped
 from leasekeeper.spark.stream_options import StreamOptions
 from leasekeeper.spark.stream_rows import COLUMNS
+from tests.helpers import hold_the_gil
+from tests.services import CHILD_ENV, make_client
+from tests.sqs.conftest import make_queue
+
+__all__ = ["make_queue"]
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = LeaseConfig(visibility_timeout=2, timer_interval=0.2, minimal_life=0.5)
@@ -242,6 +249,31 @@ def test_leases_are_renewed_while_a_batch_runs_longer_than_the_timeout(
     assert queue.visible_count() == 0
     driver.commit(B(1))
     assert len(queue) == 0 and driver.counts.lost == 0
+
+
+def test_the_reader_s_leases_hold_while_its_process_is_starved(
+    make_driver: Any, moto_endpoint: str, make_queue: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a queue service the reader renews from a renewer process of its own (the
+    default, ``renewer="auto"``): its process holding the GIL for 1.5 timeouts - a
+    loaded Spark driver, a CPU hog - starves no renewal, and no message comes back
+    to be received twice."""
+    for name, value in CHILD_ENV.items():  # where a renewer process finds them
+        monkeypatch.setenv(name, value)
+    url = make_queue(2)
+    client = make_client(moto_endpoint)
+    for start in range(0, 20, 10):
+        entries = [{"Id": str(n), "MessageBody": f"job {start + n}"} for n in range(10)]
+        client.send_message_batch(QueueUrl=url, Entries=entries)
+    backend = SQSBackend(make_client(moto_endpoint), url)
+    driver = make_driver(backend, max_messages_per_batch=20, receive_concurrency=1)
+    assert driver.latest_offset(B(0)) == B(1)
+    rows = [row for part in driver.plan(B(0), B(1)) for row in part]
+    hold_the_gil(1.5 * CONFIG.visibility_timeout)
+    other = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    assert other.get("Messages", []) == [], "a message came back while the batch ran"
+    assert driver.latest_offset(B(1)) in (B(1), B(2))  # deletes batch 1
+    assert (len(rows), driver.counts.deleted, driver.counts.lost) == (20, 20, 0)
 
 
 def test_a_lease_lost_before_planning_gives_no_row(make_driver: Any) -> None:

@@ -42,6 +42,7 @@ def test_options_round_trip_through_strings(source: object) -> None:
         partitions=8,
         log_level="info",
         prefetch=0,
+        renewer="thread",
     )
     strings = options.to_options()
     assert all(isinstance(v, str) for v in strings.values())
@@ -65,6 +66,8 @@ def test_defaults() -> None:
     assert (
         StreamOptions.parse({"backend": "sqs", "queue_url": "u", "prefetch": "0"}).lease_ahead == 0
     )
+    # Its leases are renewed as a Worker's are: a renewer process where one can run.
+    assert parsed.renewer == "auto"
 
 
 @pytest.mark.parametrize(
@@ -82,6 +85,7 @@ def test_defaults() -> None:
         ({"backend": "sqs", "queue_url": "u", "log_level": "loud"}, "log_level"),
         ({"backend": "sqs", "queue_url": "u", "prefetch": "-1"}, "prefetch must be None or"),
         ({"backend": "sqs", "queue_url": "u", "prefetch": "all"}, "'prefetch' must be an int"),
+        ({"backend": "sqs", "queue_url": "u", "renewer": "mine"}, "renewer must be one of auto"),
     ],
 )
 def test_bad_options_are_refused(options: dict[str, str], message: str) -> None:

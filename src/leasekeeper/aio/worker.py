@@ -162,10 +162,8 @@ class AsyncWorker(Draining):
         self._active: set[Lease] = set()  # leases of the running handlers
         self._tasks: set[asyncio.Task[None]] = set()
         self._relay: LostRelay | None = None
-        #: As ``Worker.around_handler``: when set, ``around_handler(message)`` returns
-        #: a (synchronous) context manager entered around each ``await
-        #: handler(message)``, in the handler's task (``leasekeeper.otel`` puts a span
-        #: there). It must not raise.
+        #: As ``Worker.around_handler``: a (synchronous) context manager entered around
+        #: each ``await handler(message)``, in its task. It must not raise.
         self.around_handler: AroundHandler | None = None
         follow_fleet(self)  # scale_in_protection=, interruption_notice= (docs/scaling.md)
 
@@ -187,11 +185,10 @@ class AsyncWorker(Draining):
         self._wake()
 
     def _on_signal(self, signum: int) -> None:
-        if self._second_signal(self._stopping):
-            log.warning("second signal %d: releasing running messages now", signum)
-            self._hurry = True
-        else:
-            log.info("signal %d: stopping after running handlers finish", signum)
+        second = self._second_signal(self._stopping)
+        self._hurry = self._hurry or second
+        self._stopping = True  # before it is said: a signal landing meanwhile is a second
+        self._say_signal(signum, second, self._running)
         self._request_stop()
 
     def _wake(self) -> None:
@@ -401,6 +398,10 @@ class AsyncWorker(Draining):
             except Exception as exc:
                 held.end()
                 outcome, future = await self._fail(lease, exc)
+            except BaseException as exc:  # KeyboardInterrupt, SystemExit: no failure
+                held.end()
+                outcome = self.intake.release_interrupted(lease, exc)  # at once
+                raise  # it stops the loop, as it would have
             else:
                 held.end()
                 if lease.is_lost:

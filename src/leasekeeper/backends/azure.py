@@ -77,7 +77,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "leasekeeper.backends.azure needs azure-storage-queue, which is not installed: "
-        "pip install 'leasekeeper[azure]'"
+        "pip install 'azure-storage-queue>=12.8' (what leasekeeper's azure extra brings)"
     ) from _exc
 
 from leasekeeper.backends.cloud import CloudBackend, ThreadClients
@@ -119,6 +119,9 @@ DEFAULT_TTL = 604800.0  # 7 days: a message's default time-to-live
 DEFAULT_VISIBILITY = 30.0  # the service's default for Get Messages
 DEFAULT_EXPIRY_MARGIN = 2.0
 # Per-thread clients: fail fast rather than sit on a lease's remaining time.
+#: Receives and counts make one attempt: a worker retries them itself (the SDK's
+#: default retries waited a minute and a half for an endpoint that does not answer).
+ONCE: dict[str, Any] = {"retry_total": 0}
 DEFAULT_CONNECTION_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 15.0
 # receive(wait_seconds=...) re-polls with this backoff (Azure has no long poll).
@@ -521,7 +524,7 @@ class AzureQueueBackend(CloudBackend):
     def _receive_page(self, count: int, visibility: int) -> list[QueueMessage]:
         with self._receive_lock:
             pager = self.queue_client.receive_messages(
-                messages_per_page=count, max_messages=count, visibility_timeout=visibility
+                messages_per_page=count, max_messages=count, visibility_timeout=visibility, **ONCE
             )
             # One page is one Get Messages call; iterating further would poll again.
             page = next(iter(pager.by_page()), None)
@@ -533,7 +536,7 @@ class AzureQueueBackend(CloudBackend):
 
         def read() -> object:
             with self._receive_lock:
-                return self.queue_client.get_queue_properties().approximate_message_count
+                return self.queue_client.get_queue_properties(**ONCE).approximate_message_count
 
         total = self.call("counts", read)
         return QueueCounts(None, None, None, total if isinstance(total, int) else None)

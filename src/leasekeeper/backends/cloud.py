@@ -23,12 +23,63 @@ from leasekeeper.backends.shared import (
     check_body,
     check_count,
     check_seconds,
+    host_port,
     is_seconds,
     receive_count,
     whole_seconds,
 )
 from leasekeeper.clock import Clock
 from leasekeeper.errors import ConfigError, ReceiveError, ReceiveErrorKind
+
+# ---------------------------------------------------------------------- unreachable
+
+#: The SDKs' exceptions that say no answer came from the service, by class name (no
+#: SDK imported): botocore's ConnectionError family (refused, DNS, connect and read
+#: timeouts, a closed connection, a proxy) and HTTPClientError, azure-core's
+#: ServiceRequestError and ServiceResponseError, the MNS SDK's network exception,
+#: redis-py's ConnectionError and TimeoutError.
+NETWORK_ERRORS = frozenset(
+    {
+        "ConnectionError",
+        "HTTPClientError",
+        "ServiceRequestError",
+        "ServiceResponseError",
+        "MNSClientNetworkException",
+        "TimeoutError",
+    }
+)
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says no answer came from the service: a connection refused or
+    reset, a name that does not resolve, a timeout (an ``OSError``, or one of
+    ``NETWORK_ERRORS`` or a subclass)."""
+    return isinstance(exc, OSError) or any(
+        kind.__name__ in NETWORK_ERRORS for kind in type(exc).__mro__
+    )
+
+
+def endpoint_address(backend: object) -> str:
+    """``host:port`` of the endpoint ``backend``'s calls go to (never a credential, a
+    path or a query): what a failure to reach it names. The first it has of: an
+    ``endpoint`` (MNS), an ``account_url`` (Azure), a lean path's or a boto3
+    client's endpoint (SQS: the queue URL is a parameter, not an address), its
+    spec's URL (Redis)."""
+    lean = getattr(backend, "lean", None)
+    meta = None if lean is not None else getattr(getattr(backend, "client", None), "meta", None)
+    for url in (
+        getattr(backend, "endpoint", None),
+        getattr(backend, "account_url", None),
+        getattr(lean, "endpoint", None),
+        getattr(meta, "endpoint_url", None),
+    ):
+        if isinstance(url, str) and url:
+            return host_port(url)
+    try:
+        return host_port(str(getattr(backend.spec(), "url", "")))  # type: ignore[attr-defined]
+    except Exception:  # no spec: nothing to name
+        return "an unknown address"
+
 
 # ---------------------------------------------------------------------- per-thread clients
 C = TypeVar("C")
@@ -296,7 +347,7 @@ class CloudBackend:
     def receive_error(self, exc: BaseException, operation: str = "receive") -> ReceiveError:
         """The ``ReceiveError`` for an exception a receive, a send or a queue read
         raised: "fatal" where the error table says so, "retry" for everything else."""
-        outcome = self.classify(exc)
+        outcome = self.located(exc, self.classify(exc))
         kind: ReceiveErrorKind = "fatal" if outcome.kind == "fatal" else "retry"
         self.logger.debug("%s from %r failed (%s): %s", operation, self, kind, outcome.detail)
         return self.new_receive_error(kind, outcome.detail, operation, exc)
@@ -399,6 +450,17 @@ class CloudBackend:
         The detail names the error code and never quotes ``receipts`` (or any)."""
         raise NotImplementedError
 
+    def address(self) -> str:
+        """``host:port`` of the endpoint its calls go to (``endpoint_address``)."""
+        return endpoint_address(self)
+
+    def located(self, exc: BaseException, outcome: Outcome) -> Outcome:
+        """``outcome`` of ``exc``, whose detail names the endpoint when the service
+        could not be reached: "could not reach localhost:5999 (EndpointConnectionError)"."""
+        if outcome.kind != "retry" or not unreachable(exc):
+            return outcome
+        return outcome._replace(detail=f"could not reach {self.address()} ({outcome.detail})")
+
     def failure_note(self, exc: BaseException, receipts: Sequence[str]) -> str:
         """Extra words for the log line of a failure (the service's message, scrubbed;
         a request id). Never a receipt."""
@@ -407,7 +469,7 @@ class CloudBackend:
     def failed(self, operation: str, handles: Sequence[Handle], exc: BaseException) -> Outcome:
         """The outcome of a call that raised ``exc``, logged."""
         receipts = [handle.receipt for handle in handles]
-        outcome = self.classify(exc, receipts)
+        outcome = self.located(exc, self.classify(exc, receipts))
         self.log_failure(operation, handles, outcome, self.failure_note(exc, receipts))
         return outcome
 

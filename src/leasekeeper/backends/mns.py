@@ -61,7 +61,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "leasekeeper.backends.mns needs aliyun-mns-sdk, which is not installed: "
-        "pip install 'leasekeeper[mns]'"
+        "pip install 'aliyun-mns-sdk>=1.3' (what leasekeeper's mns extra brings)"
     ) from _exc
 
 from leasekeeper.backends.cloud import CloudBackend, ReadOnce, ThreadClients

@@ -50,7 +50,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "leasekeeper.backends.redis needs redis-py, which is not installed: "
-        "pip install 'leasekeeper[redis]'"
+        "pip install 'redis>=4.5' (what leasekeeper's redis extra brings)"
     ) from _exc
 
 from leasekeeper.backends.cloud import CloudBackend

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TypeGuard, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from leasekeeper.backends.contract import OutcomeKind
 
@@ -28,6 +28,27 @@ def chunked(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
 
 
 REDACTED = "<redacted>"
+
+#: The port a URL's scheme means when it names none.
+DEFAULT_PORTS = {"http": 80, "https": 443, "redis": 6379, "rediss": 6379}
+
+
+def host_port(url: str) -> str:
+    """``host:port`` of ``url`` - the port its scheme implies when it names none -
+    and nothing else: never a user, a password, a path or a query (a SAS token).
+    What every message about a service that cannot be reached names."""
+    try:
+        parts = urlsplit(url if "//" in url else f"//{url}")
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return "an unreadable address"
+    if not host:
+        return "an unknown address"
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    if port is None:
+        port = DEFAULT_PORTS.get(parts.scheme.lower())
+    return host if port is None else f"{host}:{port}"
 
 
 # (pattern, replacement) pairs a backend knows mark its secrets in free text.

@@ -22,6 +22,15 @@ NOTICES = ("aws", "azure", "alibaba")
 def fleet_flags(p: argparse.ArgumentParser) -> None:
     fleet = p.add_argument_group("elastic fleets (ECS, Kubernetes, spot machines: docs/scaling.md)")
     fleet.add_argument(
+        "--backlog-every",
+        type=number(float, 0),
+        default=30.0,
+        metavar="S",
+        help="with --metrics-port: count the queue's waiting messages every S seconds "
+        "for leasekeeper_queue_backlog_messages, what an autoscaler reads (default: 30; "
+        "0: never)",
+    )
+    fleet.add_argument(
         "--scale-in-protection",
         action="store_true",
         help="on ECS: protect the task from scale-in and deployments while the worker "

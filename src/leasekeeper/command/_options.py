@@ -14,6 +14,7 @@ import dataclasses
 import inspect
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from leasekeeper.config import ON_CAP_CHOICES, LeaseConfig
@@ -25,6 +26,7 @@ __all__ = [
     "config_field_help",
     "config_from",
     "flag",
+    "glue_weights",
     "in_flag_terms",
     "number",
     "weights",
@@ -65,6 +67,18 @@ def weights(text: str) -> list[int]:
             f"expected integers >= 1 separated by commas (3,1), got {text!r}"
         )
     return [int(part) for part in parts]
+
+
+def glue_weights(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--weights -1,1`` spelled ``--weights=-1,1``: argparse takes a
+    value that starts with "-" (and is not one negative number) for a flag and says
+    only "expected one argument"; glued, the value gets ``weights``' own message."""
+    out = list(argv)
+    for index, word in enumerate(out[:-1]):
+        if word == "--weights" and re.fullmatch(r"-[0-9.,\s+-]*", out[index + 1]):
+            out[index : index + 2] = [f"--weights={out[index + 1]}"]
+            break
+    return out
 
 
 def flag(field: str) -> str:
@@ -126,7 +140,8 @@ def plain(text: str) -> str:
 def in_flag_terms(text: str) -> str:
     """``text`` with LeaseConfig field names spelled as their flags."""
     names = sorted((f.name for f in dataclasses.fields(LeaseConfig)), key=len, reverse=True)
-    pattern = re.compile(r"(?<![\w-])(" + "|".join(names) + r")(?![\w-])")
+    # Not a keyword in a repr (``visibility_timeout=30``): that is Python, not a flag.
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(names) + r")(?![\w=-])")
     return pattern.sub(lambda match: flag(match.group(1)), text)
 
 

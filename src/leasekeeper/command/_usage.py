@@ -8,10 +8,12 @@ import importlib
 import inspect
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 from leasekeeper.errors import LeaseError
+from leasekeeper.receiving import handler_signature_problem
 
 
 class UsageError(Exception):
@@ -36,9 +38,9 @@ def load_handler(path: str) -> Callable[..., object]:
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
             raise UsageError(f"no module named {exc.name!r} (for handler {path!r})") from exc
-        raise UsageError(f"importing {module_name!r} failed: {one_line(exc)}") from exc
+        raise UsageError(f"importing {module_name!r} failed: {one_line(exc)}{where(exc)}") from exc
     except Exception as exc:
-        raise UsageError(f"importing {module_name!r} failed: {one_line(exc)}") from exc
+        raise UsageError(f"importing {module_name!r} failed: {one_line(exc)}{where(exc)}") from exc
     handler: Any = module
     for part in attribute.split("."):
         try:
@@ -48,24 +50,50 @@ def load_handler(path: str) -> Callable[..., object]:
                 f"module {module_name!r} has no {attribute!r} (for handler {path!r})"
             ) from None
     if not callable(handler):
-        raise UsageError(f"{path!r} is a {type(handler).__name__}, not a callable")
+        kind = type(handler).__name__
+        article = "an" if kind[:1].lower() in "aeiou" else "a"
+        raise UsageError(f"{path!r} is {article} {kind}, not a callable: name a function")
     return handler  # type: ignore[no-any-return]
+
+
+#: The frames an import failure shows: the last ones, where the user's code failed.
+FRAMES_SHOWN = 4
+
+
+def where(exc: BaseException) -> str:
+    """Where ``exc`` was raised in the user's code, as the last frames of a traceback
+    (file, line and source line each; importlib's own frames left out), on lines of
+    their own after the error's line. A SyntaxError's is where its code is wrong."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith("<frozen ") and not _is_ours(frame.filename)
+    ]
+    lines = traceback.format_list(frames[-FRAMES_SHOWN:])
+    if isinstance(exc, SyntaxError) and exc.filename is not None:
+        lines.append(f'  File "{exc.filename}", line {exc.lineno}\n')
+        if exc.text:
+            lines.append(f"    {exc.text.strip()}\n")
+    text = "".join(lines).rstrip("\n")
+    return f"\n{text}" if text else ""
+
+
+def _is_ours(filename: str) -> bool:
+    """A frame of leasekeeper's or of importlib's, not of the code imported."""
+    return filename == importlib.__file__ or filename.startswith(
+        os.path.dirname(os.path.abspath(__file__))
+    )
 
 
 def check_handler(handler: Callable[..., object], path: str) -> None:
     """Refuse a handler that cannot be called with one message, before anything is
-    received (rather than failing every message)."""
-    try:
-        signature = inspect.signature(handler)
-    except (TypeError, ValueError):  # no signature to read (some builtins): let it run
-        return
-    try:
-        signature.bind(object())
-    except TypeError as exc:
+    received (rather than failing every message): the workers' own check."""
+    problem = handler_signature_problem(handler)
+    if problem is not None:
         raise UsageError(
-            f"the handler {path!r} cannot be called with one message: it takes {signature} "
-            f"({exc}); give it one parameter for the message: def handle(message)"
-        ) from None
+            f"the handler {path!r} {problem}; give it one parameter for the message: "
+            "def handle(message)"
+        )
 
 
 def is_async(handler: Callable[..., object]) -> bool:

@@ -1,6 +1,7 @@
-"""The leasekeeper command: demo, config and worker.
+"""The leasekeeper command: worker, send, stats, demo and config.
 
-leasekeeper.command.worker is the worker; this module dispatches to it.
+leasekeeper.command.worker, .send and .stats are those commands; this module
+dispatches to them.
 """
 
 from __future__ import annotations
@@ -11,13 +12,21 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from leasekeeper.command._options import add_config_flags, add_version_flag, config_from, number
+from leasekeeper.command._options import (
+    add_config_flags,
+    add_version_flag,
+    config_from,
+    flag,
+    number,
+)
 from leasekeeper.errors import ConfigError
 
 DESCRIPTION = """\
 Keep queue messages invisible while workers process them.
 
   leasekeeper worker MODULE:HANDLER --sqs URL  run a handler on a queue
+  leasekeeper send URL BODY... | -             put messages on a queue
+  leasekeeper stats URL                        count a queue's messages
   leasekeeper demo                             the trade it ends, in memory
   leasekeeper config --visibility-timeout 60   check a lease configuration
 
@@ -49,6 +58,16 @@ def _parser() -> argparse.ArgumentParser:
         help="run MODULE:HANDLER on a queue's messages under leases (leasekeeper worker --help)",
         add_help=False,
     )
+    sub.add_parser(
+        "send",
+        help="send messages to a queue, by URL (leasekeeper send --help)",
+        add_help=False,
+    )
+    sub.add_parser(
+        "stats",
+        help="count a queue's messages, and its dead-letter queue's (leasekeeper stats --help)",
+        add_help=False,
+    )
     check = sub.add_parser(
         "config",
         help="check a lease configuration and show the values it derives",
@@ -65,6 +84,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from leasekeeper.command.worker import main as worker_main
 
         return worker_main(argv[1:])
+    if argv[:1] == ["send"]:
+        from leasekeeper.command.send import main as send_main
+
+        return send_main(argv[1:])
+    if argv[:1] == ["stats"]:
+        from leasekeeper.command.stats import main as stats_main
+
+        return stats_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "demo":
         from leasekeeper.command.demo import run_demo
@@ -83,8 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"leasekeeper config: invalid: {exc}", file=sys.stderr)
         return 2
     for name, value in dataclasses.asdict(config).items():
-        print(f"{name:20} {value}")
-    print(f"{'threshold in force':20} {config.threshold:g}")
+        shown = "unset" if value is None else value
+        if name == "extend_threshold":  # the value in force, derived or adapted
+            shown = {None: f"{config.threshold:g} (derived)"}.get(
+                value, f"auto (starts at {config.threshold:g})" if value == "auto" else value
+            )
+        print(f"{flag(name):22} {shown}")
     return 0
 
 

@@ -37,9 +37,12 @@ from leasekeeper.command._options import (
     add_config_flags,
     add_version_flag,
     config_from,
+    glue_weights,
+    in_flag_terms,
     number,
     weights,
 )
+from leasekeeper.command._reach import Doorbell, one_queue, queue_spelled, reach_queues
 from leasekeeper.command._status import PROG, StatusLine, queues_text
 from leasekeeper.command._usage import (
     UsageError,
@@ -83,8 +86,9 @@ service calls run off the loop.
 The worker runs until SIGTERM or SIGINT (Ctrl-C): it stops receiving, lets the
 running handlers finish (their leases still renewed) for up to
 --shutdown-timeout seconds, sends the deletes it owes, releases whatever is
-left so other workers get it at once, and exits 0. A second signal skips the
-wait. Every --status-every seconds it writes one status line to stderr."""
+left so other workers get it at once, and exits 0; it says at once how many
+handlers it waits for and for how long. A second signal skips the wait. Every
+--status-every seconds it writes one status line to stderr."""
 
 EPILOG = """\
 environment:
@@ -116,7 +120,8 @@ exit status:
   2  a usage error, found before anything is received: a bad flag or value, a
      handler that cannot be imported or cannot take one message, a missing SDK,
      missing credentials, a queue that does not exist or refuses the
-     credentials
+     credentials; or a queue that cannot be reached (tried for 20 s, or
+     --until-idle S), named by its endpoint's host:port
 
 example:
   # jobs.py:  def handle(message): process(message.body)
@@ -151,17 +156,24 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 def queue_flags(p: argparse.ArgumentParser) -> None:
-    group = p.add_argument_group("queue (one kind of flag; --queue may be repeated)")
+    group = p.add_argument_group(
+        "queue (one kind of flag; repeat it for one worker on several queues)"
+    )
     queue = group.add_mutually_exclusive_group(required=True)
-    queue.add_argument("--sqs", metavar="QUEUE_URL", help="an Amazon SQS queue, by its URL")
+    queue.add_argument(
+        "--sqs", metavar="QUEUE_URL", action="append", help="an Amazon SQS queue, by its URL"
+    )
     queue.add_argument(
         "--mns",
         nargs=2,
+        action="append",
         metavar=("ENDPOINT", "QUEUE"),
         help="an Aliyun MNS queue: the account endpoint (http://ID.mns.REGION.aliyuncs.com) "
         "and the queue name",
     )
-    queue.add_argument("--azure", metavar="QUEUE", help="an Azure Storage queue, by its name")
+    queue.add_argument(
+        "--azure", metavar="QUEUE", action="append", help="an Azure Storage queue, by its name"
+    )
     queue.add_argument(
         "--queue",
         metavar="URL",
@@ -175,7 +187,7 @@ def queue_flags(p: argparse.ArgumentParser) -> None:
         "--weights",
         type=weights,
         metavar="W,W,...",
-        help="with several --queue: how the receives are shared, one integer a queue in "
+        help="with several queues: how the receives are shared, one integer >= 1 a queue in "
         "their order (3,1: three receives from the first for one from the second, while "
         "both have messages; an empty queue never holds the others up). Default: equal",
     )
@@ -232,8 +244,8 @@ def worker_flags(p: argparse.ArgumentParser) -> None:
         "--until-idle",
         type=number(float, 0, inclusive=False),
         metavar="S",
-        help="exit 0 once nothing was received and nothing ran for S seconds "
-        "(default: run until a signal)",
+        help="exit 0 once nothing was received and nothing ran for S seconds, whether the "
+        "queue answers or not (exit 2 if it never did) (default: run until a signal)",
     )
     run.add_argument(
         "--renewer",
@@ -296,15 +308,6 @@ def output_flags(p: argparse.ArgumentParser) -> None:
         help="the address --metrics-port binds (default: 127.0.0.1, this machine only; "
         "0.0.0.0 for a scraper in another container or host)",
     )
-    out.add_argument(
-        "--backlog-every",
-        type=number(float, 0),
-        default=30.0,
-        metavar="S",
-        help="with --metrics-port: count the queue's waiting messages every S seconds "
-        "for leasekeeper_queue_backlog_messages, what an autoscaler reads (default: 30; "
-        "0: never)",
-    )
 
 
 FLAG_GROUPS: tuple[Callable[[argparse.ArgumentParser], None], ...] = (
@@ -325,7 +328,8 @@ def parser() -> argparse.ArgumentParser:
         usage=(
             f"{PROG} MODULE:HANDLER\n"
             "         (--queue URL [--queue URL ... [--weights W,W,...]] |\n"
-            "          --sqs QUEUE_URL | --mns ENDPOINT QUEUE | --azure QUEUE) [options]"
+            "          --sqs QUEUE_URL ... | --mns ENDPOINT QUEUE ... | --azure QUEUE ...)\n"
+            "         [options]"
         ),
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -365,7 +369,7 @@ def sqs_region(args: argparse.Namespace) -> str | None:
     leaves it to the AWS configuration files."""
     if args.region:
         return str(args.region)
-    match = _AWS_HOST.match(args.sqs)
+    match = _AWS_HOST.match(one_queue(args).sqs)
     if match:
         return match.group(1)
     return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
@@ -394,30 +398,31 @@ def _sqs_spec(args: argparse.Namespace) -> Any:
     return SQSSpec(args.sqs, region=session.region_name, endpoint_url=sqs_endpoint(args))
 
 
-def build_backends(args: argparse.Namespace) -> list[Backend]:
-    """The backends the queue flags name: one, or one a ``--queue`` (checked against
-    ``--weights``)."""
-    urls = getattr(args, "queue", None) or []
-    given = getattr(args, "weights", None)
-    if given is not None and len(given) != max(2, len(urls)):
-        raise UsageError(
-            f"--weights has {len(given)} entries for {len(urls)} queue(s): give one a "
-            "--queue, and at least two queues"
-        )
-    if len(urls) < 2:
-        return [build_backend(args)]
-    return [build_backend(argparse.Namespace(**{**vars(args), "queue": [url]})) for url in urls]
+def sqs_options(args: argparse.Namespace, url: str) -> dict[str, str]:
+    """``--region`` and ``--endpoint-url`` for ``connect(url)``: they are SQS's, and a
+    URL of another service refuses them."""
+    options = {
+        name: value
+        for name, value in (("region", args.region), ("endpoint_url", args.endpoint_url))
+        if value
+    }
+    scheme = url.partition("://")[0].lower()
+    if options and scheme not in ("sqs", "http", "https"):
+        flags = " and ".join(f"--{name.replace('_', '-')}" for name in options)
+        raise UsageError(f"{flags}: for SQS queues, and {url!r} is not one")
+    return options
 
 
 def build_backend(args: argparse.Namespace) -> Backend:
     """The backend the queue flags name, from its spec (credentials from the
     environment): a missing credential or region is a UsageError naming what to set."""
+    args = one_queue(args)
     try:
         if getattr(args, "queue", None) is not None:
             from leasekeeper.backends.registry import connect
 
             url = args.queue[0] if isinstance(args.queue, list) else args.queue
-            return connect(url)
+            return connect(url, **sqs_options(args, url))
         if args.sqs is not None:
             spec: Any = _sqs_spec(args)
         elif args.mns is not None:
@@ -453,7 +458,7 @@ QUEUE_HINTS = {
 def check_queue(args: argparse.Namespace, backend: Backend) -> None:
     """Ask the service about the queue once, before the first receive: a queue that
     does not exist, or credentials it refuses, are a UsageError; a service that
-    cannot be reached just now is left to the worker, which retries."""
+    cannot be reached raises its retryable ReceiveError (``reach`` tries again)."""
     if isinstance(backend, MemoryQueue):  # nothing to ask; but say what it cannot do
         logging.getLogger("leasekeeper.worker").warning(
             "%r is an in-memory queue: it lives only in this process (nothing else can "
@@ -468,19 +473,10 @@ def check_queue(args: argparse.Namespace, backend: Backend) -> None:
         read_queue(backend)
     except ReceiveError as exc:
         if exc.retryable:
-            logging.getLogger("leasekeeper.worker").warning(
-                "the queue cannot be reached yet (%s); the worker keeps trying", exc
-            )
-            return
-        where = {
-            "sqs": args.sqs,
-            "mns": " ".join(args.mns or ()),
-            "azure": args.azure,
-            # The URL the user gave (an SQS backend keeps it; others name their queue).
-            "queue": getattr(backend, "queue_url", None) or repr(backend),
-        }[kind]
+            raise
         raise UsageError(
-            f"the queue {where} cannot be used: {one_line(exc)} ({QUEUE_HINTS[kind]})"
+            f"the queue {queue_spelled(args, backend)} cannot be used: {one_line(exc)} "
+            f"({QUEUE_HINTS[kind]})"
         ) from exc
 
 
@@ -489,12 +485,9 @@ def read_queue(backend: Any) -> None:
     if hasattr(backend, "queue_visibility_timeout"):  # SQS, MNS
         backend.queue_visibility_timeout()
         return
-    client = getattr(backend, "queue_client", None)
-    if client is not None:  # Azure
-        try:
-            client.get_queue_properties()
-        except Exception as exc:
-            raise backend.receive_error(exc, "GetQueueProperties") from exc
+    counts = getattr(backend, "queue_counts", None)
+    if callable(counts):  # Azure (one attempt), Redis, a plug-in's
+        counts()
 
 
 AZURE_ELSE = (
@@ -522,10 +515,7 @@ def metrics_server() -> Callable[..., Any]:
         module = importlib.import_module("leasekeeper.prometheus")
         serve: Callable[..., Any] = module.serve_metrics
     except (ImportError, AttributeError) as exc:
-        raise UsageError(
-            "--metrics-port needs leasekeeper[prometheus] "
-            f"(pip install 'leasekeeper[prometheus]'): {one_line(exc)}"
-        ) from exc
+        raise UsageError(f"--metrics-port: {one_line(exc)}") from exc
     return serve
 
 
@@ -542,7 +532,7 @@ def _fail(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``leasekeeper worker ...``; returns the exit code."""
-    args = parser().parse_args(argv)
+    args = parser().parse_args(glue_weights(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -554,9 +544,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A signal before the worker runs (while importing the handler, say) ends the
     # command as quietly as one while it runs.
     early: list[int] = []
+    doorbell = Doorbell()
 
     def noted(signum: int, frame: FrameType | None) -> None:
         early.append(signum)
+        doorbell.ring()
 
     previous = {sig: signal.signal(sig, noted) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -567,9 +559,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             handler = load_handler(args.handler)
             check_handler(handler, args.handler)
             config = config_from(args)
-            backends = build_backends(args)
-            for backend in backends:
-                check_queue(args, backend)
+            backends = reach_queues(args, built_and_checked, doorbell)
+            if backends is None:
+                logging.getLogger("leasekeeper.worker").info(
+                    "signal %d before the worker started: not starting", early[0]
+                )
+                return EXIT_OK
             asynchronous = is_async(handler)
             worker = _make_worker(args, backends, handler, config, is_async=asynchronous)
         except (UsageError, LeaseError) as exc:
@@ -578,6 +573,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         for sig, before in previous.items():
             signal.signal(sig, before)
+        doorbell.close()
+
+
+def built_and_checked(args: argparse.Namespace) -> Backend:
+    """The backend of one queue's ``args``, asked about once (``check_queue``)."""
+    backend = build_backend(args)
+    try:
+        check_queue(args, backend)
+    except BaseException:
+        close = getattr(backend, "close", None)
+        if callable(close):
+            close()
+        raise
+    return backend
 
 
 def _make_worker(
@@ -612,7 +621,21 @@ def _make_worker(
 
         return Worker(queues, handler, **common)
     except (ValueError, TypeError, LeaseError) as exc:
-        raise UsageError(one_line(exc)) from exc
+        raise UsageError(in_flag_terms(one_line(exc))) from exc
+
+
+def _serve(serve_metrics: Callable[..., Any], args: argparse.Namespace, worker: Any) -> Any:
+    """``--metrics-port``'s server; one that cannot be served is a usage error."""
+    try:
+        return serve_metrics(
+            worker,
+            args.metrics_port,
+            addr=args.metrics_addr,
+            backlog_every=args.backlog_every or None,
+        )
+    except Exception as exc:
+        where = f"{args.metrics_addr}:{args.metrics_port}"
+        raise UsageError(f"cannot serve metrics on {where}: {one_line(exc)}") from exc
 
 
 def _run(
@@ -627,20 +650,9 @@ def _run(
     status = StatusLine(worker, args.status_every)
     server = probes = None
     try:
-        if serve_metrics is not None:
-            try:
-                server = serve_metrics(
-                    worker,
-                    args.metrics_port,
-                    addr=args.metrics_addr,
-                    backlog_every=args.backlog_every or None,
-                )
-            except Exception as exc:
-                return _fail(
-                    f"cannot serve metrics on {args.metrics_addr}:{args.metrics_port}: "
-                    f"{one_line(exc)}"
-                )
         try:
+            if serve_metrics is not None:
+                server = _serve(serve_metrics, args, worker)
             probes = serve_health(args, worker)
         except UsageError as exc:
             return _fail(str(exc))
@@ -662,6 +674,8 @@ def _run(
             else:
                 worker.run(until_idle=args.until_idle)
         except ReceiveError as exc:
+            if exc.retryable:  # a queue never reached: as at start (docs/guide.md)
+                return _fail(f"cannot reach the queue: {exc}")
             sys.stderr.write(f"{PROG}: stopped: the queue refused for good: {exc}\n")
             return EXIT_FAILED
         except ConfigError as exc:  # the renewer process could not build its backend

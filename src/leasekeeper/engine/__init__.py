@@ -23,6 +23,7 @@ from leasekeeper.engine._transitions import admit as admit
 from leasekeeper.engine._transitions import closed_error as closed_error
 from leasekeeper.engine._transitions import completable as completable
 from leasekeeper.engine._transitions import ended_lease as ended_lease
+from leasekeeper.engine._transitions import lost_error as lost_error
 from leasekeeper.engine._transitions import mark_ended as mark_ended
 from leasekeeper.engine._transitions import no_deadline as no_deadline
 from leasekeeper.engine._transitions import not_a_message as not_a_message

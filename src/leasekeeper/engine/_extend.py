@@ -210,10 +210,12 @@ class Extender:
         self._short_said = True
         log.warning(
             "a message arrived with %.1fs of invisibility, less than extend_threshold "
-            "(%.1fs): such messages are extended at once. Receive with "
-            "visibility_timeout=%g (or set the queue's own timeout to it) to save that call",
+            "(%.1fs): such messages are extended at once, a call each. Receive them through "
+            "the manager (manager.receive(), a Worker: they ask for visibility_timeout, %gs) "
+            "or set the queue's own visibility timeout to %gs, to save that call",
             left,
             threshold,
+            self._config.visibility_timeout,
             self._config.visibility_timeout,
         )
 

@@ -14,7 +14,10 @@ on the service:
 
 Whatever the service, a lease is lost when its deadline passed while its extend
 call was still out (the answer may yet come, but the handler must stop now), or
-after transient errors all the way to it.
+after transient errors all the way to it. That last is the extender's verdict on
+its own retries (``record.retries`` counts failed *extends*): a handler's delete or
+release after the deadline - renewal stopped mid-retry by ``close(release=False)``,
+say - has not been tried at all, and is judged by the service's half alone.
 
 Every part of the engine asks ``lapsed`` and nothing else.
 """
@@ -40,7 +43,9 @@ def lapsed(record: LeaseRecord, at: float, operation: Operation, moment: Moment)
         return None
     if moment == "call out":
         return Ending(_LAPSED, f"lapsed: the {operation} call had not returned by the deadline")
-    if moment == "retrying" or (moment == "before sending" and record.retries):
+    if moment == "retrying" or (
+        moment == "before sending" and operation == "extend" and record.retries
+    ):
         # Transient errors all the way to the deadline: the service's fault.
         return Ending(
             _LAPSED,

@@ -13,6 +13,7 @@ starts nothing: its worker serialises the calls that change it.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from leasekeeper.clock import Clock
 from leasekeeper.config import LeaseConfig
 from leasekeeper.decorator import undecorated
 from leasekeeper.errors import LeaseLost, LeaseTooShort, ManagerClosed, ReceiveError
-from leasekeeper.failures import resolve_dead_letter
+from leasekeeper.failures import interrupted, resolve_dead_letter, say_interrupted
 from leasekeeper.lease import Lease, settle_rollover
 from leasekeeper.manager import LeaseManager
 from leasekeeper.receiving._drain import DrainDeadline, fleet_options
@@ -36,12 +37,27 @@ from leasekeeper.rollover import unwrap
 
 log = logging.getLogger("leasekeeper.worker")
 
+#: How long a run gives a queue that has not answered yet (seconds): a queue no
+#: receive of a run has reached within this stops the run, with the last error -
+#: at start, an unreachable endpoint is most likely a mistake (a typo, a stand-in not
+#: started), not an outage to wait out (docs/guide.md, "When a service cannot be
+#: reached"). Once a queue has answered, its failures are retried for ever.
+REACH_WITHIN = 20.0
+
 #: Who renews for a worker that makes its own manager, unless told: see
 #: docs/performance.md, measure 8, and docs/guide.md, "Choosing a renewer".
 DEFAULT_RENEWER: Literal["thread", "process", "auto"] = "auto"
 
 
-__all__ = ["DEFAULT_RENEWER", "Intake", "QueueStats", "WorkerStats", "backoff"]
+__all__ = [
+    "DEFAULT_RENEWER",
+    "REACH_WITHIN",
+    "Intake",
+    "QueueStats",
+    "WorkerStats",
+    "backoff",
+    "handler_signature_problem",
+]
 
 #: What a worker takes as its queues: a manager, a backend, or a list of backends.
 Queues = LeaseManager | Backend | Sequence[Backend]
@@ -94,6 +110,7 @@ class Intake:
                 getattr(handler, "__qualname__", repr(handler)),
             )
             handler = inner
+        check_handler_signature(kind, handler)
         #: The handler the worker calls (a ``@leased`` wrapper's undecorated function).
         self.handler = handler
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -108,67 +125,16 @@ class Intake:
             raise ValueError(f"prefetch must be None (auto) or an integer >= 0, got {prefetch!r}")
         if not 0 <= gather <= 1:
             raise ValueError(f"gather must be between 0 and 1 second, got {gather!r}")
-        backends: list[Backend] | None = None
-        if isinstance(manager_or_backend, Sequence) and not isinstance(manager_or_backend, str):
-            backends = list(manager_or_backend)
-            if not backends:
-                raise ValueError(f"{kind} needs at least one queue, got an empty list")
-            for queue in backends:
-                if not isinstance(queue, Backend):
-                    raise TypeError(
-                        f"{kind} takes a list of leasekeeper backends, got a "
-                        f"{type(queue).__qualname__} in it"
-                    )
-            if len({id(queue) for queue in backends}) != len(backends):
-                raise ValueError(f"{kind} got the same queue twice")
-        elif weights is not None:
-            raise TypeError(f"weights are for a {kind} of several queues (a list of backends)")
-        if backends is not None:
-            self.manager = _multi_queue_manager(
-                backends,
-                config=config,
-                renewer=renewer,
-                clock=clock,
-                dead_letter=dead_letter,
-                config_fields=config_fields,
-            )
-            self.backend: Backend = backends[0]
-            self.owns_manager = True
-        elif isinstance(manager_or_backend, LeaseManager):
-            if (
-                config is not None
-                or config_fields
-                or renewer is not None
-                or clock is not None
-                or dead_letter is not None
-            ):
-                raise TypeError(
-                    f"pass config, renewer, clock and dead_letter to the LeaseManager, not "
-                    f"to a {kind} built on one"
-                )
-            if manager_or_backend.backend is None:
-                raise ValueError("the LeaseManager has no backend to receive from")
-            self.manager = manager_or_backend
-            self.backend = manager_or_backend.backend
-            self.owns_manager = False
-        elif isinstance(manager_or_backend, Backend):
-            if not (dead_letter is None or isinstance(dead_letter, (str, Backend))):
-                raise TypeError(f"one queue takes one dead_letter, got {dead_letter!r}")
-            self.backend = manager_or_backend
-            self.manager = LeaseManager(
-                manager_or_backend,
-                config,
-                renewer=renewer or DEFAULT_RENEWER,
-                clock=clock,
-                dead_letter=dead_letter,
-                **config_fields,
-            )
-            self.owns_manager = True
-        else:
-            raise TypeError(
-                f"{kind} needs a LeaseManager or a leasekeeper backend, got "
-                f"{type(manager_or_backend).__qualname__}"
-            )
+        self.manager, self.backend, self.owns_manager, backends = _queues_and_manager(
+            kind,
+            manager_or_backend,
+            config=config,
+            renewer=renewer,
+            clock=clock,
+            dead_letter=dead_letter,
+            weights=weights,
+            config_fields=config_fields,
+        )
         #: The queues it receives from, and which one the next receive goes to.
         self.sources = Sources(backends or [self.backend], weights)
         self.concurrency = concurrency
@@ -193,6 +159,8 @@ class Intake:
         # Handler durations, smoothed: are handlers quick enough to prefetch for?
         self.duration: float | None = None
         self.failures = 0  # receive failures in a row
+        #: Which of this run's queues no receive has reached yet (``Unreached``).
+        self.unreached = Unreached()
         #: The last receive went without a long poll: groups of its FIFO queue are held.
         self.held_back = False
         #: Who hears the loop's moments (``receiving.listeners``): the worker's listeners.
@@ -232,6 +200,7 @@ class Intake:
         clock = self.manager.clock
         now = clock.now()
         source, may_wait = sources.pick(now)
+        self.unreached.asked = source
         wait = self.wait_seconds
         if sources.several:
             wait = sources.long_poll(source, now, wait) if may_wait else 0.0
@@ -251,6 +220,7 @@ class Intake:
             sources.answered(source, 0, clock.now())  # a failing queue rests too
             raise
         sources.answered(source, len(messages), clock.now())
+        self.unreached.answered(source)
         self.failures = 0
         for message in messages:
             unwrap(message)  # a continuation's envelope is not the handler's to see
@@ -292,24 +262,29 @@ class Intake:
             if source is not None:
                 source.stats.refused += 1
 
-    def receive_failed(self, exc: Exception) -> float | None:
-        """The pause before trying again after ``exc``, or None: stop (a fatal
-        ``ReceiveError``: the queue was deleted, the credentials were refused)."""
+    def receive_failed(self, exc: Exception, at_most: float = 30.0) -> float | None:
+        """The pause before trying again after ``exc`` (``at_most`` seconds), or None:
+        stop (a fatal ``ReceiveError``: the queue was deleted, the credentials were
+        refused)."""
+        self.unreached.failed(exc)
         if isinstance(exc, ReceiveError):
             if not exc.retryable:
                 # Retrying cannot help: stop, letting running handlers finish, and say why.
                 log.error("receive from %r failed for good, stopping: %s", self.backend, exc)
                 return None
             self.failures += 1
-            pause = backoff(self.failures)
-            log.warning("%s; retrying in %.1fs", exc, pause)
+            pause = min(backoff(self.failures), max(0.0, at_most))
+            if pause > 0:
+                log.warning("%s; retrying in %.1fs", exc, pause)
+            else:  # the run ends now (until_idle, or a queue never reached)
+                log.warning("%s", exc)
             return pause
         # Not a ReceiveError: a custom backend's own failure, or a bug. It may be
         # transient, so keep trying, and say what it was. Its text is not logged at
         # WARNING: leasekeeper cannot know what it quotes (the backends that ship
         # with it raise only ReceiveError for failures).
         self.failures += 1
-        pause = backoff(self.failures)
+        pause = min(backoff(self.failures), max(0.0, at_most))
         log.warning(
             "receive raised %s, not a leasekeeper ReceiveError; retrying in %.1fs",
             type(exc).__name__,
@@ -390,7 +365,10 @@ class Intake:
         or release the message - on a FIFO queue with the later messages of its group
         the worker holds, in the same call (blocking: ``AsyncWorker`` takes the same
         steps with its blocking ones off its loop). Returns what it counts as, and the
-        release to wait for."""
+        release to wait for. A handler ``interrupted`` (``SystemExit``, a
+        ``KeyboardInterrupt``) did not fail: ``release_interrupted``."""
+        if interrupted(error):
+            return self.release_interrupted(lease, error), None
         if self.dead_lettered(lease, error):
             return "dead_lettered", None
         futures = self.release_failed(lease, error, self.ordering.take_rest(lease))
@@ -422,6 +400,17 @@ class Intake:
             failures.warn_released(lease, error, seconds, traceback=True)
         return futures
 
+    def release_interrupted(self, lease: Lease, error: BaseException) -> str:
+        """The handler was interrupted (``failures.interrupted``): its message goes back
+        at once - on a FIFO queue with the later messages of its group the worker
+        holds - never to the dead-letter queue, and counts ``interrupted``, not as a
+        failure. Queued on the coalescer: nothing here waits (an event loop may call
+        it)."""
+        rest = self.ordering.take_rest(lease)
+        if self.ordering.release_together(lease, rest, 0.0, failed=True) is not None:
+            say_interrupted(lease, error)
+        return "interrupted"
+
     def count(self, outcome: str, lease: Lease | None = None) -> None:
         """Count a finished message (``lease``'s), in total and for its queue."""
         field = outcome if outcome in _OUTCOMES else "failed"
@@ -438,8 +427,164 @@ class Intake:
             setattr(source.stats, field, getattr(source.stats, field) + 1)
 
 
+def _queues_and_manager(
+    kind: str,
+    manager_or_backend: Queues,
+    *,
+    config: LeaseConfig | None,
+    renewer: Literal["thread", "process", "auto"] | None,
+    clock: Clock | None,
+    dead_letter: DeadLetter | Sequence[DeadLetter],
+    weights: Sequence[int] | None,
+    config_fields: dict[str, Any],
+) -> tuple[LeaseManager, Backend, bool, list[Backend] | None]:
+    """A worker's manager, its (first) queue, whether the worker made the manager (and
+    so closes it), and its queues when it was given a list."""
+    backends: list[Backend] | None = None
+    if isinstance(manager_or_backend, Sequence) and not isinstance(manager_or_backend, str):
+        backends = list(manager_or_backend)
+        if not backends:
+            raise ValueError(f"{kind} needs at least one queue, got an empty list")
+        for queue in backends:
+            if not isinstance(queue, Backend):
+                raise TypeError(
+                    f"{kind} takes a list of leasekeeper backends, got a "
+                    f"{type(queue).__qualname__} in it"
+                )
+        if len({id(queue) for queue in backends}) != len(backends):
+            raise ValueError(f"{kind} got the same queue twice")
+    elif weights is not None:
+        raise TypeError(f"weights are for a {kind} of several queues (a list of backends)")
+    if backends is not None:
+        manager = _multi_queue_manager(
+            backends,
+            config=config,
+            renewer=renewer,
+            clock=clock,
+            dead_letter=dead_letter,
+            config_fields=config_fields,
+        )
+        return manager, backends[0], True, backends
+    if isinstance(manager_or_backend, LeaseManager):
+        if (
+            config is not None
+            or config_fields
+            or renewer is not None
+            or clock is not None
+            or dead_letter is not None
+        ):
+            raise TypeError(
+                f"pass config, renewer, clock and dead_letter to the LeaseManager, not "
+                f"to a {kind} built on one"
+            )
+        if manager_or_backend.backend is None:
+            raise ValueError("the LeaseManager has no backend to receive from")
+        return manager_or_backend, manager_or_backend.backend, False, None
+    if isinstance(manager_or_backend, Backend):
+        if not (dead_letter is None or isinstance(dead_letter, (str, Backend))):
+            raise TypeError(f"one queue takes one dead_letter, got {dead_letter!r}")
+        manager = LeaseManager(
+            manager_or_backend,
+            config,
+            renewer=renewer or DEFAULT_RENEWER,
+            clock=clock,
+            dead_letter=dead_letter,
+            **config_fields,
+        )
+        return manager, manager_or_backend, True, None
+    raise TypeError(
+        f"{kind} needs a LeaseManager or a leasekeeper backend, got "
+        f"{type(manager_or_backend).__qualname__}"
+    )
+
+
+class Unreached:
+    """Which of a run's queues no receive has reached yet, and the last failure of
+    each: what stops a run that cannot reach its queue (docs/guide.md, "When a
+    service cannot be reached")."""
+
+    def __init__(self) -> None:
+        self._errors: dict[int, Exception | None] = {}
+        #: The queue of the receive last sent.
+        self.asked: Source | None = None
+
+    def start(self, sources: Sequence[Source]) -> None:
+        """A run begins: none of ``sources`` has been reached in it yet."""
+        self._errors = {id(source): None for source in sources}
+        self.asked = None
+
+    def answered(self, source: Source) -> None:
+        self._errors.pop(id(source), None)
+
+    def failed(self, exc: Exception) -> None:
+        """The receive last sent failed with ``exc``."""
+        if self.asked is not None and id(self.asked) in self._errors:
+            self._errors[id(self.asked)] = exc
+
+    def asked_not_reached(self) -> bool:
+        """Whether the queue of the receive last sent is one this run has not reached."""
+        return self.asked is not None and id(self.asked) in self._errors
+
+    def error(self) -> ReceiveError | None:
+        """The last failure of a queue no receive of this run has reached (as a
+        ``ReceiveError``), or None when every queue answered at least once."""
+        for error in self._errors.values():
+            if isinstance(error, ReceiveError):
+                return error
+            if error is not None:
+                # A custom backend's own exception: its text is not repeated.
+                unreached = ReceiveError(
+                    "retry", f"{type(error).__name__} (not a leasekeeper ReceiveError)"
+                )
+                unreached.__cause__ = error
+                return unreached
+        return None
+
+    def after(self, seconds: float) -> ReceiveError | None:
+        """``error()`` once a run has lasted ``seconds`` of ``REACH_WITHIN``, said in
+        one ERROR line; None before, or when every queue answered."""
+        if seconds < REACH_WITHIN:
+            return None
+        error = self.error()
+        if error is not None:
+            log.error(
+                "no answer from the queue in %gs since the worker started, stopping: %s",
+                REACH_WITHIN,
+                error,
+            )
+        return error
+
+
+def check_handler_signature(kind: str, handler: Callable[..., object]) -> None:
+    """Refuse, at construction, a handler that cannot take one message: accepted,
+    every message would fail with a TypeError and be retried for ever."""
+    problem = handler_signature_problem(handler)
+    if problem is not None:
+        raise TypeError(
+            f"{kind}'s handler {getattr(handler, '__qualname__', repr(handler))} "
+            f"{problem}; give it one parameter for the message: def handle(message)"
+        )
+
+
+def handler_signature_problem(handler: Callable[..., object]) -> str | None:
+    """Why ``handler`` cannot be called with one message ("cannot be called with one
+    message: it takes (a, b)"), or None when it can - or when it has no signature
+    to read (some builtins): then it is given the benefit of the doubt."""
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(object())
+    except TypeError as exc:
+        return f"cannot be called with one message: it takes {signature} ({exc})"
+    return None
+
+
 #: The outcomes counted under their own name; any other is "failed".
-_OUTCOMES = frozenset(("completed", "rolled_over", "lost", "dead_lettered", "held_back"))
+_OUTCOMES = frozenset(
+    ("completed", "rolled_over", "lost", "dead_lettered", "held_back", "interrupted")
+)
 
 
 def _per_queue(name: str, value: Any, count: int) -> list[Any]:

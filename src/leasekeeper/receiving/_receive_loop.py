@@ -25,6 +25,7 @@ spell, never once a message, and not at all for a worker without listeners.
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -33,7 +34,7 @@ from leasekeeper.backends.contract import Message
 from leasekeeper.clock import Clock
 from leasekeeper.errors import ReceiveError
 from leasekeeper.lease import Lease
-from leasekeeper.receiving._intake import Intake
+from leasekeeper.receiving._intake import REACH_WITHIN, Intake
 
 log = logging.getLogger("leasekeeper.worker")
 
@@ -143,12 +144,17 @@ def receive_loop(
     intake: Intake, state: LoopState, clock: Clock, until_idle: float | None
 ) -> Generator[Step, Any, ReceiveError | None]:
     """Receive and start handlers until stopped, or idle for ``until_idle`` seconds.
-    Returns the fatal ``ReceiveError`` that ended it, if one did."""
+    Returns the ``ReceiveError`` that ended it, if one did: a fatal one, or the last
+    failure of a queue that no receive reached - within ``REACH_WITHIN`` seconds of
+    the start, or before ``until_idle`` ended the run."""
     listening = bool(intake.listeners)
     if listening:
         yield Announce("started")
     holding = False  # since the listeners heard "busy", and until they hear "idle"
-    idle_since = clock.now()
+    started = idle_since = clock.now()
+    unreached = intake.unreached
+    unreached.start(intake.sources.all)
+    intake.failures = 0
     while not state.stopping:
         # Room: wait for a free slot, then briefly (gather) for more, so that one
         # receive brings a fuller batch.
@@ -171,11 +177,27 @@ def receive_loop(
         try:
             messages = yield Receive(min(intake.batch_size, limit - state.running))
         except Exception as exc:
-            pause = intake.receive_failed(exc)
+            # A failing queue is no message either: until_idle ends the run all the
+            # same (reachable or not), and a queue never reached ends it in time.
+            now = clock.now()
+            busy = state.running + state.unsettled
+            if busy:
+                idle_since = now
+            latest = now + 30.0  # the longest pause; then, where sooner, the end
+            if not busy and until_idle is not None:
+                latest = min(latest, idle_since + until_idle)
+            if unreached.asked_not_reached():
+                latest = min(latest, started + REACH_WITHIN)
+            pause = intake.receive_failed(exc, latest - now)
             if pause is None:  # a fatal ReceiveError: stop, as stop() would
                 assert isinstance(exc, ReceiveError)
                 return exc
-            resume = clock.now() + pause
+            if not busy and until_idle is not None and now - idle_since >= until_idle:
+                break
+            never = unreached.after(now - started)
+            if never is not None:
+                return never
+            resume = now + pause
             while clock.now() < resume and not state.stopping:
                 yield Wait(resume)
             continue
@@ -216,7 +238,32 @@ def receive_loop(
                 yield Wait(rest, let_go_above=let_go)
         elif now < rest:
             yield Wait(rest)
-    return None
+    if state.stopping:
+        return None  # stopped (a signal, stop()): whatever was reached or not
+    never = unreached.error()
+    if never is not None:
+        log.error("idle for %gs and a queue was never reached: %s", until_idle, never)
+    return never
+
+
+def stop_notice(signum: int, running: int, shutdown_timeout: float) -> str:
+    """What a worker says, at WARNING, at the first SIGINT/SIGTERM: that it stops, how
+    many handlers it waits for and for how long at most, and that a second signal
+    releases them now (so a user at a terminal knows what the pause is)."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    if name == "SIGINT":
+        name = "Ctrl-C (SIGINT)"
+    if not running:
+        return f"{name}: stopping (no handler running)"
+    again = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM or Ctrl-C"
+    return (
+        f"{name}: stopping; waiting up to {shutdown_timeout:g}s for {running} running "
+        f"handler(s) to finish (their leases renewed meanwhile); a second {again} "
+        "releases their messages now"
+    )
 
 
 def shutdown_steps(intake: Intake, state: LoopState, clock: Clock) -> Generator[Step, Any, None]:

@@ -19,12 +19,17 @@ keyword arguments here (``FLEET_OPTIONS``) and made listeners by
 
 from __future__ import annotations
 
+import logging
+
 from leasekeeper.clock import Clock
 from leasekeeper.receiving._drain import FLEET_OPTIONS, DrainDeadline, fleet_options
 from leasekeeper.receiving._intake import Intake
+from leasekeeper.receiving._receive_loop import stop_notice
 from leasekeeper.receiving.listeners import Listeners
 
 __all__ = ["FLEET_OPTIONS", "DrainDeadline", "Draining", "fleet_options"]
+
+log = logging.getLogger("leasekeeper.worker")
 
 
 class Draining:
@@ -63,3 +68,11 @@ class Draining:
         """A signal came: is it a second one (``DrainDeadline.second_signal``)?"""
         timed_out = self.clock.now() + self.intake.shutdown_timeout
         return self.intake.drain.second_signal(stopping, timed_out)
+
+    def _say_signal(self, signum: int, second: bool, running: int) -> None:
+        """Say, at WARNING, what the signal does: a second releases the running
+        messages now; a first stops (``stop_notice``: for how long, and how to hurry)."""
+        if second:
+            log.warning("second signal %d: releasing running messages now", signum)
+        else:
+            log.warning(stop_notice(signum, running, self.intake.shutdown_timeout))

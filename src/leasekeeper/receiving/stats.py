@@ -25,6 +25,7 @@ class QueueStats:
     # An ordered (FIFO) queue's message released unhandled, with an earlier message of
     # its group that failed (or was lost, or rolled over): the group comes back from it.
     held_back: int = 0
+    interrupted: int = 0  # handler stopped by SystemExit, Ctrl-C...: released at once, no failure
     # A gauge, not a count: the message groups now waiting on an earlier message of
     # theirs (held, leased and renewed, not handled yet). Never by group id.
     groups_waiting: int = 0

@@ -8,8 +8,8 @@ end. Frames cross as length-prefixed pickles of (type number, fields)
 a ``Batch`` carries several in one write, and a ``FrameReader`` takes every frame
 that has arrived in one read.
 
-worker -> renewer: ``Hello`` (first, before anything else), ``Add``, ``Adds`` and
-``Drop`` (no reply),
+worker -> renewer: ``Hello`` (first, before anything else), ``Add``, ``Adds``,
+``Adopt`` and ``Drop`` (no reply),
 ``Complete``, ``Release``, ``Forget``, ``AskStats`` and ``Close`` (each answered by
 a ``Done`` with its ``request``), ``Abandon``, ``Progress``, ``Observe`` (no reply).
 
@@ -74,6 +74,28 @@ class Adds(NamedTuple):
     dropped in the same read it never needs to build."""
 
     entries: list[tuple[Any, ...]]
+
+
+class Adopted(NamedTuple):
+    """Not a frame: one lease of an ``Adopt``, as the worker knows it now. ``add``: an
+    ``Add``'s fields, its receipt the newest the worker was told of and ``own`` true
+    while the worker may still delete its message itself (it was never renewed);
+    then its deadline now, when it was registered, its extensions, and its handler's
+    latest progress (None: none reported)."""
+
+    add: tuple[Any, ...]
+    visible_until: float
+    registered_at: float
+    extensions: int
+    progressed_at: float | None
+
+
+class Adopt(NamedTuple):
+    """Renew these leases, which a renewer process that died held (no reply): the
+    first frame a renewer started in its place reads. Each entry is an ``Adopted``
+    as a plain tuple."""
+
+    leases: list[tuple[Any, ...]]
 
 
 class Drop(NamedTuple):
@@ -238,6 +260,8 @@ _WIRE_TYPES: tuple[type[tuple[Any, ...]], ...] = (
     Ended,
     Event,
     Batch,
+    Adopt,
+    Adopted,  # (an entry of an Adopt, which carries them as plain tuples)
 )
 _WIRE_NUMBER = {kind: number for number, kind in enumerate(_WIRE_TYPES)}
 _BATCH = _WIRE_NUMBER[Batch]

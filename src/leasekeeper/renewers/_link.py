@@ -22,7 +22,8 @@ for replies (``ask``: the waiting thread reads them itself when no other does,
 ``renewers._replies``), and hands every other frame to its ``on_frame`` callback -
 on the thread that read it: a waiting thread, or the reader thread, which reads
 what comes while no thread waits. When the renewer dies its pending requests are
-answered ``DIED`` at once and ``on_gone`` is called, on the reader thread.
+answered ``DIED`` at once and ``on_gone`` is called, on the reader thread
+(``renewers._succession`` has another renewer take its leases over).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class RenewerLink:
         self._on_frame = on_frame
         self._on_gone = on_gone
         self.closing = False  # close() asked it to go: its end is no death
+        self.ended = False  # its end of file was read (set before on_gone is called)
         # Set once the renewer serves, or once it cannot (failure: its reason).
         self._settled = threading.Event()
         self._died = False  # gone before it served
@@ -213,6 +215,7 @@ class RenewerLink:
         os.close(self._bell)
 
     def _gone(self) -> None:
+        self.ended = True
         if not self._settled.is_set():
             self._died = True
         self._settled.set()

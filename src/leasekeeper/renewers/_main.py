@@ -8,7 +8,8 @@ worker's constructor waits for it), runs an ordinary thread-mode
 ``LeaseManager`` on it, says it serves (or why it could not build), and does what
 the worker asks (``_frames`` lists the frames): lease, complete, release, report.
 Because it is a process of its own, a worker holding the GIL in a C call does not stop its
-renewals, and a worker that dies is noticed at once.
+renewals, and a worker that dies is noticed at once. A renewer started in the place of
+one that died is first handed that one's leases (``Adopt``: ``renewers._succession``).
 
 The worker's death is noticed three ways, whichever comes first: end of file on the
 socket (the kernel closes a dead process's sockets); the parent-death signal (Linux
@@ -29,8 +30,8 @@ thread here. The leader reads when the worker rings (a request, or what must be
 held soon), else a while after frames came, with those that came meanwhile
 (``_bell``). It reads every frame already waiting at once (the worker writes
 several in one ``Batch``): the completes among them are done in one call and
-answered in one write. Notices go out through their own sender thread, so a worker that is
-not reading (stuck in C code) never stalls the renewals here.
+answered in one write. Notices go out through their own sender thread (``_outbox``), so a
+worker that is not reading (stuck in C code) never stalls the renewals here.
 """
 
 from __future__ import annotations
@@ -40,13 +41,12 @@ import dataclasses
 import logging
 import os
 import pickle
-import queue
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from leasekeeper.backends.contract import Backend, Message
 from leasekeeper.config import LeaseConfig
@@ -54,9 +54,8 @@ from leasekeeper.engine.stats import Stats
 from leasekeeper.errors import LeaseError
 from leasekeeper.lease import Lease
 from leasekeeper.manager import LeaseManager
-from leasekeeper.observers import CallEvent, Observer
 from leasekeeper.reasons import LostReason
-from leasekeeper.record import LeaseRecord, LeaseState
+from leasekeeper.record import LeaseState
 from leasekeeper.renewers._bell import Doorbell
 from leasekeeper.renewers._channel import Channel
 from leasekeeper.renewers._death import DeathWatch, WorkerGone
@@ -64,6 +63,8 @@ from leasekeeper.renewers._frames import (
     Abandon,
     Add,
     Adds,
+    Adopt,
+    Adopted,
     AskStats,
     Batch,
     Close,
@@ -71,8 +72,6 @@ from leasekeeper.renewers._frames import (
     Done,
     Drop,
     Ended,
-    Event,
-    Extended,
     Failed,
     Forget,
     FrameReader,
@@ -80,7 +79,6 @@ from leasekeeper.renewers._frames import (
     Observe,
     Progress,
     Release,
-    Rolling,
     Serving,
     Started,
     encode_error,
@@ -88,146 +86,12 @@ from leasekeeper.renewers._frames import (
     send_frame,
 )
 from leasekeeper.renewers._held import HeldLeases
+from leasekeeper.renewers._outbox import Forwarder, Outbox
 from leasekeeper.renewers.thread import ThreadRenewer
 
 log = logging.getLogger("leasekeeper.renewer")
 
 EXIT_RELEASE_TIMEOUT = 10.0  # how long releasing at the worker's death may take
-
-
-class _Flushed(NamedTuple):
-    """Not a frame: the sender sets ``sent`` once what was queued before it went."""
-
-    sent: threading.Event
-
-
-class Outbox:
-    """Frames to the worker: notices go through one sender thread, batched when they
-    pile up, so the renewal threads that raise them never wait for the worker to
-    read; a request's reply is sent by the thread that did the request (``reply``),
-    one thread handoff less on the worker's round trip."""
-
-    def __init__(self, conn: Channel) -> None:
-        self._conn = conn
-        self._send_lock = threading.Lock()  # guards the socket's sending side
-        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(
-            target=self._run, name="leasekeeper-renewer-sender", daemon=True
-        )
-        self._thread.start()
-
-    def put(self, frame: tuple[Any, ...]) -> None:
-        self._queue.put(frame)
-
-    def reply(self, frame: tuple[Any, ...]) -> None:
-        """Send ``frame`` now, from this thread (a request's answer)."""
-        try:
-            with self._send_lock:
-                send_frame(self._conn, frame)
-        except OSError:
-            pass  # the worker is gone: nobody to answer
-
-    def close(self, timeout: float = 5.0) -> None:
-        """Send what is queued, then stop."""
-        self._queue.put(None)
-        self._thread.join(timeout)
-
-    def flush(self, timeout: float = 5.0) -> None:
-        """Wait until what is queued now has been sent."""
-        sent = threading.Event()
-        self._queue.put(_Flushed(sent))
-        sent.wait(timeout)
-
-    def _run(self) -> None:
-        while True:
-            frame = self._queue.get()
-            frames: list[tuple[Any, ...]] = []
-            flushed: list[threading.Event] = []
-            done = frame is None
-            more: tuple[Any, ...] | None = frame
-            while more is not None:
-                if isinstance(more, _Flushed):
-                    flushed.append(more.sent)
-                else:
-                    frames.append(more)
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    done = True
-            try:
-                with self._send_lock:
-                    if len(frames) == 1:
-                        send_frame(self._conn, frames[0])
-                    elif frames:
-                        send_frame(self._conn, Batch(frames))
-            except OSError:
-                return  # the worker is gone: nobody to tell
-            finally:
-                for event in flushed:
-                    event.set()
-            if done:
-                return
-
-
-class Forwarder(Observer):
-    """Tells the worker what happened to its leases (and, when asked, every event),
-    and forgets the keys of leases that ended."""
-
-    def __init__(
-        self,
-        outbox: Outbox,
-        leases: dict[int, Lease],
-        keys: dict[int, int],
-        queues: Sequence[object] = (),
-    ) -> None:
-        self._outbox = outbox
-        # A multi-queue worker's queues, by id: a call event names its queue's index.
-        self._queue_index = {id(queue): index for index, queue in enumerate(queues)}
-        self._leases = leases  # the worker's key -> lease
-        self._keys = keys  # id(lease) -> the worker's key
-        self.events = False  # forward on_call/on_lapse too (the worker has observers)
-
-    def on_extended(self, lease: LeaseRecord, headroom: float) -> None:
-        key = self._keys.get(id(lease))
-        if key is not None:
-            self._outbox.put(Extended(key, lease.receipt, lease.visible_until, lease.extensions))
-            if self.events:
-                self._outbox.put(Event("on_extended", (key, headroom)))
-
-    def on_ended(self, lease: LeaseRecord, state: LeaseState, reason: str) -> None:
-        key = self._keys.pop(id(lease), None)
-        if key is None:
-            return
-        self._leases.pop(key, None)
-        if state is not LeaseState.COMPLETED:  # a completion is the reply's to tell
-            lost = lease.lost_reason
-            lost_reason = None if lost is None else lost.value
-            self._outbox.put(Ended(key, state.value, lost_reason, reason, lease.signalled))
-
-    def on_rolling(self, lease: LeaseRecord) -> None:
-        key = self._keys.get(id(lease))
-        if key is not None:
-            self._outbox.put(Rolling(key))
-
-    def on_call(self, event: CallEvent) -> None:
-        if self.events:
-            args: tuple[Any, ...] = (
-                event.operation,
-                event.entries,
-                event.seconds,
-                event.outcomes,
-                event.error,
-            )
-            if len(self._queue_index) > 1:
-                args += (self._queue_index.get(id(event.backend), 0),)
-            self._outbox.put(Event("on_call", args))
-
-    def on_lapse(self, lease: LeaseRecord, late: float) -> None:
-        key = self._keys.get(id(lease))
-        if self.events and key is not None:
-            self._outbox.put(Event("on_lapse", (key, late)))
 
 
 class ChildRenewer:
@@ -285,6 +149,7 @@ class ChildRenewer:
         self._cheap: dict[type, Callable[[Any], None]] = {
             Add: self._add,
             Adds: self._adds,
+            Adopt: self._adopt,
             Drop: self._drop,
             Progress: self._progress,
             Abandon: self._abandon,
@@ -499,19 +364,7 @@ class ChildRenewer:
 
     def _start(self, frame: Add) -> Lease | None:
         """Hold or register the lease ``frame`` names; None when it cannot be."""
-        message = Message(
-            id=frame.message_id,
-            # The body, attributes and group (Message.group) stay in the worker: the
-            # renewer reads none of them, and the handler's message is the worker's.
-            body="",
-            receipt=frame.receipt,
-            backend=self._queues[frame.queue],
-            received_at=frame.received_at,
-            visibility_timeout=frame.visibility_timeout,
-            receive_count=frame.receive_count,
-            deadline_hint=frame.deadline_hint,
-            hard_deadline=frame.hard_deadline,
-        )
+        message = _message_of(frame, self._queues)
         if not frame.watch:
             held = self._held.hold(frame.key, frame.queue, message, frame.own)
             if held is not None:
@@ -521,12 +374,26 @@ class ChildRenewer:
         try:
             lease = (self._manager.watch if frame.watch else self._manager.register)(message)
         except LeaseError as exc:
-            lost = LostReason.LAPSED.value
-            self._outbox.put(Ended(frame.key, LeaseState.LOST.value, lost, str(exc), True))
+            self._outbox.put(_lost(frame.key, exc))
             return None
         self._leases[frame.key] = lease
         self._keys[id(lease)] = frame.key
         return lease
+
+    def _adopt(self, frame: Adopt) -> None:
+        """The leases of a renewer process that died, which this one replaces
+        (``_taken_over``). Counted registered there, not again here."""
+        for entry in frame.leases:
+            adopted = Adopted._make(entry)
+            key = adopted.add[0]
+            try:
+                lease, held = _taken_over(adopted, self._queues, self._held, self._renewer)
+            except LeaseError as exc:  # closed meanwhile
+                self._outbox.put(_lost(key, exc))
+                continue
+            self._uncounted -= held  # hold() counted it registered: the dead renewer had
+            self._leases[key] = lease
+            self._keys[id(lease)] = key
 
     def _drop(self, frame: Drop) -> None:
         """The worker deletes these held leases' messages itself: forget them here."""
@@ -609,8 +476,7 @@ class ChildRenewer:
         """A held lease the engine would not adopt (closed meanwhile): it is lost."""
         self._keys.pop(id(lease), None)
         self._leases.pop(key, None)
-        lost = LostReason.LAPSED.value
-        self._outbox.put(Ended(key, LeaseState.LOST.value, lost, str(error), True))
+        self._outbox.put(_lost(key, error))
 
 
 def _opened(frames: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -622,6 +488,55 @@ def _opened(frames: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         else:
             opened.append(frame)
     return opened
+
+
+def _message_of(frame: Add, queues: Sequence[Backend]) -> Message:
+    """The message of the lease ``frame`` names, as far as renewing it goes."""
+    return Message(
+        id=frame.message_id,
+        # The body, attributes and group (Message.group) stay in the worker: the
+        # renewer reads none of them, and the handler's message is the worker's.
+        body="",
+        receipt=frame.receipt,
+        backend=queues[frame.queue],
+        received_at=frame.received_at,
+        visibility_timeout=frame.visibility_timeout,
+        receive_count=frame.receive_count,
+        deadline_hint=frame.deadline_hint,
+        hard_deadline=frame.hard_deadline,
+    )
+
+
+def _taken_over(
+    adopted: Adopted, queues: Sequence[Backend], held: HeldLeases, renewer: ThreadRenewer
+) -> tuple[Lease, bool]:
+    """The lease a renewer process that died held, here: renewed from now on as it
+    was there (its newest receipt and deadline, its registration, extensions and
+    progress) - or held back still (True) where the worker may delete its message
+    itself. LeaseError once closed."""
+    add = Add._make(adopted.add)
+    message = _message_of(add, queues)
+    message.visible_until = adopted.visible_until  # extended since it was received
+    if add.own and not add.watch:
+        lease = held.hold(add.key, add.queue, message, own=True)
+        if lease is not None:
+            lease.registered_at = adopted.registered_at
+            if adopted.progressed_at is not None:
+                lease.progressed_at = adopted.progressed_at
+            return lease, True
+    lease = renewer.take_over(
+        message,
+        registered_at=adopted.registered_at,
+        extensions=adopted.extensions,
+        progressed_at=adopted.progressed_at,
+        watch=add.watch,
+    )
+    return lease, False
+
+
+def _lost(key: int, error: LeaseError) -> Ended:
+    """The notice of a lease that could not be renewed here (refused, or closed)."""
+    return Ended(key, LeaseState.LOST.value, LostReason.LAPSED.value, str(error), True)
 
 
 def _unknown() -> LeaseError:

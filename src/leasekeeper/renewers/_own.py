@@ -17,11 +17,18 @@ Anything but a timely "ok" - an error, a delete answered after the deadline, a
 lease whose time came while the drop was on its way - is left to the renewer as a
 ``Complete``, which applies the lease rules to it as to any other lease (it keeps
 the dropped ones a while for that).
+
+A renewer that dies is replaced, and its leases taken over (``renewers._succession``):
+the worker deletes a message itself only if the renewer its ``Drop`` went to is still
+the current one, checked - and the lease marked ``deleting`` - under the lock the
+takeover hands the leases over under. Otherwise the successor may hold the lease,
+and the delete is its to do.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard
 
@@ -37,20 +44,27 @@ from leasekeeper.renewers._remote_lease import RemoteLease
 
 class OwnDeletes:
     """The worker's own deletes of leases its renewer process holds back (see the
-    module docstring). ``send`` writes a frame to the renewer (LeaseLost or OSError
-    once it is gone); ``calls`` makes the backend call and tells the observers."""
+    module docstring). ``send`` writes a frame to the renewer and returns the link it
+    went to (LeaseLost or OSError once there is none); ``current`` is the current
+    renewer's link, read under ``lock``; ``calls`` makes the backend call and tells
+    the observers."""
 
     def __init__(
         self,
         config: LeaseConfig,
         calls: Calls,
         now: Callable[[], float],
-        send: Callable[[tuple[Any, ...]], None],
+        send: Callable[[tuple[Any, ...]], object],
+        *,
+        lock: threading.Lock | None = None,
+        current: Callable[[], object] = lambda: None,
     ) -> None:
         self._config = config
         self._calls = calls
         self._now = now
         self._send = send
+        self._lock = lock if lock is not None else threading.Lock()
+        self._current = current
 
     def until(self, message: Message, now: float, shared: bool) -> float:
         """Until when the worker may take a new lease on ``message`` back: the time
@@ -70,13 +84,15 @@ class OwnDeletes:
         if not now() < until or lease.deleting:
             return False
         try:
-            self._send(Drop([lease.key]))
+            sent_on = self._send(Drop([lease.key]))
         except (LeaseLost, OSError):
             return False
         lease.dropped = True
-        if not now() < until:
-            return False  # the renewer may have adopted it: it decides
-        lease.deleting = True
+        with self._lock:
+            # The renewer may have adopted it (or another taken it over): it decides.
+            if not now() < until or self._current() is not sent_on:
+                return False
+            lease.deleting = True
         lease.own_until = -math.inf
         # (A call that raised comes back as "retry" outcomes: ``engine.delete_held``'s
         # call, for one lease, without its lists.)
@@ -101,17 +117,21 @@ class OwnDeletes:
         if not mine:
             return mine
         try:
-            self._send(Drop([lease.key for lease in mine]))
+            sent_on = self._send(Drop([lease.key for lease in mine]))
         except (LeaseLost, OSError):
-            return []  # the renewer is gone: its leases are reported lost
+            return []  # no renewer: the renewer's to complete (it says what happened)
         for lease in mine:
             lease.dropped = True
-        # Only what is still in time now is certain to be read before its adoption:
-        # the drop was written before this clock reading.
-        now = self._now()
-        mine = [lease for lease in mine if now < lease.own_until]
+        with self._lock:
+            if self._current() is not sent_on:
+                return []  # another renewer took over meanwhile: it may hold them
+            # Only what is still in time now is certain to be read before its adoption:
+            # the drop was written before this clock reading.
+            now = self._now()
+            mine = [lease for lease in mine if now < lease.own_until]
+            for lease in mine:
+                lease.deleting = True
         for lease in mine:
-            lease.deleting = True
             lease.own_until = -math.inf
         return mine
 

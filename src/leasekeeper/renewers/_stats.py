@@ -33,13 +33,15 @@ class StatsBook:
         with self._lock:
             self.callback_errors += 1
 
-    def renewer_died(self, held: int) -> None:
-        """The current renewer died holding ``held`` leases: they count as lost."""
+    def renewer_died(self, lost: int) -> None:
+        """The current renewer died; ``lost`` of its leases count as lost (those whose
+        deadline passed before another took them over, or all when none could)."""
         base = _sum_stats(self.base, self.last)
         self.last = _zero_stats()
         died = dict(base.lost_reasons)
-        died[LostReason.RENEWER_DIED.value] = died.get(LostReason.RENEWER_DIED.value, 0) + held
-        self.base = dataclasses.replace(base, lost=base.lost + held, lost_reasons=died)
+        if lost:
+            died[LostReason.RENEWER_DIED.value] = died.get(LostReason.RENEWER_DIED.value, 0) + lost
+        self.base = dataclasses.replace(base, lost=base.lost + lost, lost_reasons=died)
 
     def total(self, payload: object, *, in_flight: int) -> Stats:
         """The figures, with ``payload`` (a ``Stats``) as the current renewer's newest."""

@@ -30,8 +30,10 @@ is waited for the same way by the next ``register`` (or ``start()``). Then:
   reading thread (a callback may call ``complete()``, which needs the socket read).
   A notice that arrives while this process is stuck in C code waits in the socket
   and is applied when it runs again.
-- When the renewer dies, every lease it held is reported lost, pending requests
-  fail with ``LeaseLost``, and a new renewer is started for new leases.
+- When the renewer dies, a new one is started at once and takes over every lease
+  still held, before any lapses (``renewers._succession``); requests the dead one
+  never answered are asked of the new one. Only a lease whose deadline passed
+  meanwhile is lost.
 
 The worker's own death is the renewer's to notice (see ``renewers._main``).
 """
@@ -63,6 +65,7 @@ from leasekeeper.engine import (
     closed_error,
     completable,
     ended_lease,
+    lost_error,
     mark_ended,
     no_deadline,
     not_a_message,
@@ -76,7 +79,7 @@ from leasekeeper.engine import (
     tell_lost,
 )
 from leasekeeper.engine.stats import Stats
-from leasekeeper.errors import ConfigError, LeaseError, LeaseLost, ManagerClosed
+from leasekeeper.errors import ConfigError, LeaseError, LeaseLost
 from leasekeeper.failures import Failures
 from leasekeeper.lease import Lease, OnLost, WatchLease
 from leasekeeper.observers import Observer
@@ -97,12 +100,13 @@ from leasekeeper.renewers._frames import (
     decode_error,
     progress_interval,
 )
-from leasekeeper.renewers._link import DIED, LinkMaker, RenewerLink
+from leasekeeper.renewers._link import DIED, LinkMaker
 from leasekeeper.renewers._notices import Notices
 from leasekeeper.renewers._own import OwnDeletes
 from leasekeeper.renewers._queues import RenewedQueues
 from leasekeeper.renewers._remote_lease import RemoteLease, RemoteWatchLease
 from leasekeeper.renewers._stats import StatsBook
+from leasekeeper.renewers._succession import Succession, handed_on
 
 log = logging.getLogger("leasekeeper.renewer")
 
@@ -134,7 +138,7 @@ class ProcessRenewer:
         self.backend = backend
         self._config = config
         self._clock = clock
-        # Guards _leases, _by_message, _closed, _link, _maker and _book.
+        # Guards _leases, _by_message, _closed, _book and the renewer's link (_renewers).
         self._registry_lock = threading.Lock()
         self._leases: dict[int, RemoteLease] = {}
         self._by_message: dict[tuple[int, str], RemoteLease] = {}
@@ -146,62 +150,69 @@ class ProcessRenewer:
         # The handlers' progress, to the renewer (only with stall_timeout).
         self._progress = ProgressRelay.of(config, self._send_quietly)
         self._notifier = Notifier(self._book.count_callback_error)
+        # The renewer processes, one after another: one that dies is replaced, and its
+        # leases taken over (``renewers._succession``).
+        self._renewers = Succession(
+            LinkMaker(self._queues.all, payload),
+            self._registry_lock,
+            apply=Notices(self._leases, self._end, self._calls, self._queues.all).apply,
+            hand_over=self._hand_over,
+            lost=self._lost_in_takeover,
+            is_closed=lambda: self._closed,
+            now=self._clock.now,
+            after=self._after_takeover,
+        )
         # Jobs done while the renewer holds their leases back: deleted here (no bell rung).
         drops = functools.partial(self._send, urgent=False)
-        self._own = OwnDeletes(config, self._calls, now_function(clock), drops)
+        self._own = OwnDeletes(
+            config,
+            self._calls,
+            now_function(clock),
+            drops,
+            lock=self._registry_lock,
+            current=lambda: self._renewers.link,
+        )
         #: What a handler's failure does (``leasekeeper.failures``); the manager binds its own.
         self.failures = Failures(config, None)
         # A subclass's own complete/release sees every lease of the batch forms.
         self._completes_one_by_one, self._releases_one_by_one = singles(self, ProcessRenewer)
         self._registers_one_by_one = overrides(self, ProcessRenewer, "register")
-        # What the renewer's notices do (on the thread that read them: ``renewers._replies``).
-        self._apply = Notices(self._leases, self._end, self._calls, self._queues.all).apply
-        self._maker = LinkMaker(self._queues.all, payload)
-        self._link: RenewerLink | None = None
         try:
             # Constructed once it renews: nothing is registered before it can be.
-            self._serving_link()
+            self._renewers.serving()
         except BaseException:
             with self._registry_lock:  # no other renewer is started after this one
                 self._closed = True
-                link, self._link = self._link, None
-            if link is not None:
-                link.closing = True
-                link.kill()
+            self._renewers.abandon()
             self._notifier.close()
             raise
         _live.add(self)
 
     # ------------------------------------------------------------------ the child
 
-    def _link_gone(self, link: RenewerLink) -> None:
-        """The renewer died: its leases are lost (not those being deleted here: it no
-        longer had them); a new one takes the new leases."""
-        with self._registry_lock:
-            held = [lease for lease in self._leases.values() if not lease.deleting]
-            if self._link is link:
-                self._link = None
-            self._maker.ended(link)
-            self._book.renewer_died(len(held))
-        for lease in held:
-            self._end(lease, LeaseState.LOST, RENEWER_DIED, signal=True)
-        with self._registry_lock:
-            if self._closed or self._link is not None or self._maker.unbuildable:
-                return
-            try:
-                self._link = self._maker.start(self._apply, self._link_gone)
-            except ConfigError as exc:
-                log.error("%s; the next register tries again", exc)
+    def _hand_over(self, now: float) -> tuple[list[tuple[Any, ...]], list[RemoteLease]]:
+        """Under the registry lock, as a renewer that died is replaced: what its
+        successor takes over, and what lapsed by ``now`` (``_succession.handed_on``)."""
+        handed, lapsed = handed_on(self._leases.values(), self._queues.index, now)
+        self._book.renewer_died(len(lapsed))
+        return handed, lapsed
 
-    def _send(self, frame: tuple[Any, ...], urgent: bool = True) -> None:
-        link = self._link
-        if link is None:
-            raise LeaseLost("-", DIED)
-        link.send(frame, urgent=urgent)
+    def _lost_in_takeover(self, leases: list[RemoteLease], detail: str) -> None:
+        ending = Ending(LostReason.RENEWER_DIED, detail)
+        for lease in leases:
+            self._end(lease, LeaseState.LOST, ending, signal=True)
+
+    def _after_takeover(self) -> None:
+        """A renewer took over from one that died: it forwards observer events too."""
+        if self._calls.observers:
+            self._send_quietly(Observe(True))
+
+    def _send(self, frame: tuple[Any, ...], urgent: bool = True) -> object:
+        """Send ``frame`` to the renewer (``Succession.send``); the link it went to."""
+        return self._renewers.send(frame, urgent)
 
     def _ask(self, make: Callable[[int], tuple[Any, ...]]) -> Any:
-        link = self._link
-        return DIED if link is None else link.ask(make)
+        return self._renewers.ask(make)
 
     # ------------------------------------------------------------------ leases
 
@@ -220,24 +231,7 @@ class ProcessRenewer:
 
     def start(self) -> None:
         """Return once the renewer process renews; ConfigError when it cannot."""
-        self._serving_link()
-
-    def _serving_link(self) -> RenewerLink:
-        """The renewer, once it renews (a new one if the last died); ConfigError when
-        it cannot, so no lease is held for one that never will."""
-        with self._registry_lock:
-            if self._closed:
-                raise ManagerClosed("this LeaseManager is closed")
-            if self._link is None:
-                self._link = self._maker.start(self._apply, self._link_gone)
-            link = self._link
-        if not link.serving:
-            try:
-                link.wait_serving()
-            except ConfigError:
-                link.kill()  # one that took too long; it held nothing
-                raise
-        return link
+        self._renewers.serving()
 
     @property
     def closed(self) -> bool:
@@ -245,18 +239,24 @@ class ProcessRenewer:
 
     @property
     def pid(self) -> int:
-        link = self._link
+        link = self._renewers.link
         return 0 if link is None else link.pid
 
     @property
     def running(self) -> bool:
-        link = self._link  # renewing: its process runs and has built its backend
+        link = self._renewers.link  # renewing: its process runs and has built its backend
         return not self._closed and link is not None and link.serving and link.alive
 
     @property
     def replacing(self) -> bool:
-        """Not running, not gone for good: a new renewer process is on its way."""
-        return not (self._closed or self._maker.unbuildable or self.running)
+        """A renewer process died and another is taking its leases over: not
+        ``running`` for that while (most of a second), but nothing is lost."""
+        return self._renewers.replacing
+
+    @property
+    def replaced(self) -> int:
+        """How many renewer processes took over from one that died."""
+        return self._renewers.replaced
 
     def register(self, message: Message) -> Lease:
         return self._add(message, watch=False)
@@ -306,11 +306,11 @@ class ProcessRenewer:
         index = self._queues.require(message.backend)
         if not math.isfinite(message.visible_until):
             raise no_deadline(message)
-        link = self._link
+        link = self._renewers.link
         if link is None or not link.serving:
             # Refused here (ConfigError with the reason) if it cannot renew, not
             # held to be reported lost when it goes.
-            self._serving_link()
+            self._renewers.serving()
         now = self._clock.now()
         with self._registry_lock:
             if self._closed:
@@ -319,8 +319,7 @@ class ProcessRenewer:
             same = admit(superseded, message, now, self._config.minimal_life)
             if same is not None:
                 return same, None
-            if self._link is None:
-                self._link = self._maker.start(self._apply, self._link_gone)  # the last died
+            self._renewers.start_locked()  # the last died since (a takeover hands this on)
             lease = (RemoteWatchLease if watch else RemoteLease)(self, message, now)
             lease.key = key = next(self._keys)
             lease.progress_told = now
@@ -397,7 +396,7 @@ class ProcessRenewer:
         answers = _per_lease(payload, len(asked), dead=(_DIED_ERROR, None))
         for i, (encoded, extensions) in zip(asked, answers, strict=True):
             lease = remotes[i]
-            error = decode_error(encoded)
+            error = _answered(lease, decode_error(encoded))
             if extensions is not None and extensions > lease.extensions:
                 lease.extensions = extensions
             if error is None:
@@ -423,7 +422,7 @@ class ProcessRenewer:
         payload = self._ask(lambda r: Release(r, [remotes[i].key for i in asked], delay, stop))
         for i, encoded in zip(asked, _per_lease(payload, len(asked)), strict=True):
             lease = remotes[i]
-            error = decode_error(encoded)
+            error = _answered(lease, decode_error(encoded))
             if error is None:
                 self._end(lease, LeaseState.RELEASED, released(delay, stop), signal=stop)
             elif isinstance(error, LeaseLost):
@@ -488,19 +487,17 @@ class ProcessRenewer:
         """In a forked child of the worker: the leases and the renewer are the
         parent's; let go of them."""
         self._closed = True
-        link, self._link = self._link, None
-        if link is not None:
-            link.drop()
+        self._renewers.drop()
 
     def close(self, release: bool = True, timeout: float | None = None) -> None:
         with self._registry_lock:
             if self._closed:
                 return
             self._closed = True
-            link = self._link
+        link = self._renewers.stop()  # once a takeover under way is done
         if link is not None:
             link.closing = True
-            final = self._ask(lambda r: Close(r, release, timeout))
+            final = link.ask(lambda r: Close(r, release, timeout))
             if isinstance(final, Stats):
                 with self._registry_lock:
                     self._book.last = final  # what it counted, to its close
@@ -666,11 +663,17 @@ def _as_remote(lease: Lease) -> RemoteLease:
     return lease
 
 
+def _answered(lease: RemoteLease, error: Exception | None) -> Exception | None:
+    """A request's answer for ``lease``: as the renewer gave it, but ``LeaseLost`` for
+    one that ended lost here while the request waited (its deadline passed while a
+    renewer that died was replaced: its successor never held it)."""
+    if error is not None and not isinstance(error, LeaseLost) and lease.state is LeaseState.LOST:
+        return lost_error(lease, DIED)
+    return error
+
+
 def _ending_of(error: LeaseLost) -> Ending:
     return Ending(error.lost_reason or LostReason.LAPSED, error.reason)
-
-
-RENEWER_DIED = Ending(LostReason.RENEWER_DIED, DIED)
 
 
 _DIED_ERROR = ("LeaseLost", ("-", DIED, LostReason.RENEWER_DIED))  # as _frames encodes errors

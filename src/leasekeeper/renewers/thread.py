@@ -218,6 +218,30 @@ class ThreadRenewer:
         it was made. Raises ``ManagerClosed`` once closed."""
         self._engine.adopt(lease)
 
+    def take_over(
+        self,
+        message: Message,
+        *,
+        registered_at: float,
+        extensions: int = 0,
+        progressed_at: float | None = None,
+        watch: bool = False,
+    ) -> Lease:
+        """A lease another renewer held until it died (a renewer process replaced),
+        renewed from now on as it was there: ``message`` carries its newest receipt
+        and its deadline (``visible_until``); ``registered_at`` counts for
+        ``max_lease_duration`` and stalls, as ``extensions`` and the handler's latest
+        progress do. Not counted registered again. Raises ``ManagerClosed`` once
+        closed."""
+        if not isinstance(message, Message):
+            raise not_a_message(message)
+        lease = (self._new_watch if watch else self._new_lease)(message, registered_at)
+        lease.extensions = extensions
+        if progressed_at is not None:
+            lease.progressed_at = progressed_at
+        self._engine.adopt(lease)
+        return lease
+
     def complete_held(self, leases: Sequence[Lease]) -> list[BaseException | None]:
         """``complete_many`` of leases from ``hold`` that were never adopted."""
         if self._completes_one_by_one:  # a subclass's own complete sees each one

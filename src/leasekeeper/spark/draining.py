@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("leasekeeper.spark")
 
 Handler = Callable[[Message], Any]
-Renewer = Literal["thread", "process"]
+Renewer = Literal["auto", "process", "thread"]
 
 COLUMNS = (
     "id",
@@ -103,6 +103,8 @@ def _process_manager(
     with _process_lock:
         found = _process_state.get(key)
         if found is None or found[1].closed:
+            for idle in [k for k, (_, m) in _process_state.items() if not m.leases()]:
+                _process_state.pop(idle)[1].close()  # earlier drains' idle managers
             backend = build_backend(source)
             found = (backend, LeaseManager(backend, config, renewer=renewer))
             _process_state[key] = found
@@ -474,10 +476,10 @@ def check_drain_args(
     idle_seconds: float,
     max_messages: int | None,
     *,
-    renewer: object = "thread",
+    renewer: object = "auto",
 ) -> None:
-    if renewer not in ("thread", "process"):
-        raise ValueError(f"renewer must be 'thread' or 'process', got {renewer!r}")
+    if renewer not in ("auto", "process", "thread"):
+        raise ValueError(f"renewer must be 'auto', 'process' or 'thread', got {renewer!r}")
     for name, value in (
         ("partitions", partitions),
         ("batch_size", batch_size),
@@ -508,7 +510,7 @@ def run_drain(
     concurrency: int | None = None,
     idle_seconds: float = 5.0,
     max_messages: int | None = None,
-    renewer: Renewer = "thread",
+    renewer: Renewer = "auto",
 ) -> DrainResult:
     """``drain`` that also returns the totals (see ``drain``)."""
     source = as_source(source, queue)
@@ -615,7 +617,7 @@ def drain(
     concurrency: int | None = None,
     idle_seconds: float = 5.0,
     max_messages: int | None = None,
-    renewer: Renewer = "thread",
+    renewer: Renewer = "auto",
 ) -> DataFrame:
     """Drain the queue ``queue=URL`` names (any URL ``leasekeeper.connect`` takes),
     or ``source`` (``backend.spec()``, ``SQSSource``...), with ``partitions`` Spark
@@ -631,12 +633,10 @@ def drain(
     On a FIFO queue each message group's order is kept: see docs/guide.md,
     "Ordered (FIFO) queues".
 
-    ``renewer="process"`` renews from a process beside each executor's Python
-    worker (built from ``source``, with the executor's credentials), so handlers
-    that hold the GIL in long C calls do not starve renewals, and a Python worker
-    that is killed has its messages released at once rather than after a
-    visibility timeout. It costs a process per Python worker and an IPC round trip
-    per message; docs/spark.md says when it pays.
+    ``renewer="auto"`` (the default) renews from a process beside each Python worker
+    where one can run (else a thread, one warning): a GIL-bound handler or a busy
+    worker starves no renewal, and a killed worker's messages go back at once;
+    ``"process"`` insists, ``"thread"`` renews in the worker (docs/spark.md).
 
     Returns a DataFrame read from ``output`` with one row per message id of this
     run: id, status (completed / released / lost / abandoned), receive_count,

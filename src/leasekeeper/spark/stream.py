@@ -29,7 +29,11 @@ from typing import TYPE_CHECKING
 
 from leasekeeper.config import LeaseConfig
 from leasekeeper.spark.sources import Source, as_source
-from leasekeeper.spark.stream_options import DEFAULT_MAX_MESSAGES_PER_BATCH, stream_options
+from leasekeeper.spark.stream_options import (
+    DEFAULT_MAX_MESSAGES_PER_BATCH,
+    Renewer,
+    stream_options,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -66,6 +70,7 @@ def read_stream(
     fill_seconds: float = 2.0,
     log_level: str | None = None,
     prefetch: int | None = None,
+    renewer: Renewer = "auto",
 ) -> DataFrame:
     """A streaming DataFrame of the messages of the queue ``queue=URL`` names (any
     URL ``leasekeeper.connect`` takes), or of ``source`` (``backend.spec()``,
@@ -85,6 +90,10 @@ def read_stream(
     them: the least work for Spark a micro-batch, where the work per row is light
     (more partitions spread a heavy UDF's rows over several cores).
     ``log_level`` (e.g. "INFO") makes the reader's process log to stderr.
+    ``renewer`` renews the reader's leases: ``"auto"`` (the default, as for
+    ``Worker``) from a renewer process beside the reader's where one can run, so a
+    busy driver does not starve the renewals, else in a thread, with one warning;
+    ``"process"`` insists; ``"thread"`` renews in the reader's own process.
     Credentials come from the *driver's* environment: the reader's process runs
     there; executors never call the queue service.
     """
@@ -104,6 +113,7 @@ def read_stream(
         fill_seconds=fill_seconds,
         log_level=log_level,
         prefetch=prefetch,
+        renewer=renewer,
     )
     register(spark)
     return spark.readStream.format(FORMAT).options(**options.to_options()).load()

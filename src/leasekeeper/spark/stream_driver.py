@@ -198,7 +198,10 @@ class StreamDriver:
                 self._backend = build_backend(self.options.source)
             self._clock = getattr(self._backend, "clock", SYSTEM_CLOCK)
             self._manager = LeaseManager(
-                self._backend, self.options.config, on_lost=self._on_lost, renewer="thread"
+                self._backend,
+                self.options.config,
+                on_lost=self._on_lost,
+                renewer=self.options.renewer,
             ).start()
             self._committers = ThreadPoolExecutor(
                 self.options.receive_concurrency, thread_name_prefix="leasekeeper-stream-commit"

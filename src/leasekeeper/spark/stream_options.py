@@ -24,6 +24,9 @@ prefetch                    (max_m.)   messages received and leased ahead, while
                                        Spark runs the batches before (0: none)
 log_level                   (unset)    e.g. INFO: the reader process logs
                                        ``leasekeeper`` records at that level to stderr
+renewer                     auto       who renews the reader's leases: a renewer
+                                       process where one can run (auto), a process
+                                       or nothing (process), a thread (thread)
 visibility_timeout, ...                any ``LeaseConfig`` field (the reader's leases)
 ==========================  =========  ================================================
 """
@@ -35,7 +38,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from leasekeeper.config import LeaseConfig
 from leasekeeper.errors import ConfigError
@@ -52,6 +55,8 @@ DEFAULT_MAX_MESSAGES_PER_BATCH = 1000
 _CONFIG_FIELDS = {field.name: field for field in dataclasses.fields(LeaseConfig)}
 _SOURCE_KEYS = {"backend", *URL_KEYS} | {name for kind in SOURCE_KINDS.values() for name in kind[3]}
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_RENEWERS = ("auto", "process", "thread")
+Renewer = Literal["auto", "process", "thread"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class StreamOptions:
     fill_seconds: float = 2.0
     log_level: str | None = None
     prefetch: int | None = None  # None: max_messages_per_batch
+    renewer: Renewer = "auto"  # the reader's manager's (``LeaseManager(renewer=...)``)
 
     def __post_init__(self) -> None:
         for name in ("max_messages_per_batch", "partitions", "receive_concurrency"):
@@ -89,6 +95,8 @@ class StreamOptions:
                 raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
         if self.log_level is not None and self.log_level not in _LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(_LOG_LEVELS)}")
+        if self.renewer not in _RENEWERS:
+            raise ValueError(f"renewer must be one of {', '.join(_RENEWERS)}, got {self.renewer!r}")
         if not callable(getattr(self.source, "build", None)):
             raise TypeError(f"source must build a backend, got {type(self.source).__name__}")
 
@@ -117,9 +125,10 @@ class StreamOptions:
         for name, kind in _STREAM_KEYS.items():
             if name in lowered:
                 stream[name] = _convert(name, lowered[name], kind)
-        level = stream.get("log_level")
-        if isinstance(level, str):
-            stream["log_level"] = level.upper()
+        for name in ("log_level", "renewer"):
+            word = stream.get(name)
+            if isinstance(word, str):
+                stream[name] = word.upper() if name == "log_level" else word.lower()
         return cls(source=source, config=config, **stream)
 
     def to_options(self) -> dict[str, str]:
@@ -165,6 +174,7 @@ _STREAM_KEYS: dict[str, type] = {
     "fill_seconds": float,
     "log_level": str,
     "prefetch": int,
+    "renewer": str,
 }
 
 
@@ -200,6 +210,7 @@ def stream_options(
     fill_seconds: float = 2.0,
     log_level: str | None = None,
     prefetch: int | None = None,
+    renewer: Renewer = "auto",
 ) -> StreamOptions:
     """``read_stream``'s arguments, checked, as ``StreamOptions``."""
     if config is not None and not isinstance(config, LeaseConfig):
@@ -215,4 +226,5 @@ def stream_options(
         fill_seconds=fill_seconds,
         log_level=log_level.upper() if isinstance(log_level, str) else log_level,
         prefetch=prefetch,
+        renewer=renewer,
     )

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 if any(importlib.util.find_spec(sdk) is None for sdk in ("botocore", "boto3")):
     raise ImportError(  # pragma: no cover - exercised in a subprocess by the tests
         "leasekeeper.backends.sqs needs boto3, which is not installed: "
-        "pip install 'leasekeeper[sqs]'"
+        "pip install 'boto3>=1.34' (what leasekeeper's sqs extra brings)"
     )
 
 from leasekeeper.backends.cloud import CloudBackend, ReadOnce

@@ -21,7 +21,13 @@ if TYPE_CHECKING:
 else:
     boto = LazyModule("botocore.exceptions")
 
-__all__ = ["ERRORS", "classify_error", "classify_exception", "classify_with_text", "scrub"]
+__all__ = [
+    "ERRORS",
+    "classify_error",
+    "classify_exception",
+    "classify_with_text",
+    "scrub",
+]
 
 _LEGACY_PREFIX = "AWS.SimpleQueueService."
 

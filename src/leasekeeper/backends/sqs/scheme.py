@@ -13,7 +13,9 @@ import sys
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from leasekeeper.backends.cloud import unreachable
 from leasekeeper.backends.rebuild import CLIENT_KEY, PROXY_CLIENT_KEY, PROXY_SETTINGS
+from leasekeeper.backends.shared import host_port
 from leasekeeper.backends.sqs.backend import MAX_WAIT_SECONDS, SQSBackend
 from leasekeeper.backends.sqs.credentials import aws_configuration
 from leasekeeper.backends.sqs.deferred import DeferredClient, StaticCredentials
@@ -177,6 +179,9 @@ def sqs(
         except Exception as exc:
             kind, detail = classify_exception(exc)
             fatal: ReceiveErrorKind = "fatal" if kind == "fatal" else "retry"
+            if fatal == "retry" and unreachable(exc):
+                address = host_port(str(getattr(client.meta, "endpoint_url", "") or ""))
+                detail = f"could not reach {address} ({detail})"
             raise ReceiveError(fatal, detail, operation="GetQueueUrl", service="SQS") from exc
     return SQSBackend(
         client,
