@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -357,6 +358,12 @@ def test_a_stop_releases_the_messages_waiting_behind_their_group(clock: ManualCl
     assert running.wait(WAIT)
     worker.stop(timeout=0)
     may_finish.set()
+    # Time moves on only once the handler has ended and its delete was answered: on a
+    # loaded machine its thread may run well after the event is set, and a clock
+    # driven meanwhile would end the shutdown's wait (10 s) without it.
+    deadline = time.monotonic() + WAIT
+    while (worker.running or worker.unsettled) and time.monotonic() < deadline:
+        time.sleep(0.01)
     drive(clock, thread)
     assert seen == ["g:0"]  # nothing more of g started once stopping
     assert queue.deleted_ids and len(queue) == 3 and queue.visible_count() == 3
