@@ -412,7 +412,7 @@ class Worker(Draining):
             ordering.hold_back(lease)
         self._finished(lease, outcome, future is not None, self.clock.now() - started)
         if future is not None:
-            future.add_done_callback(functools.partial(self._release_answered, lease))
+            future.add_done_callback(functools.partial(self._release_answered, lease, outcome))
         if outcome == "dead_lettered":
             ordering.went_well(lease)  # out of its group's way, as SQS's redrive does
 
@@ -456,9 +456,9 @@ class Worker(Draining):
         elif self.running <= waiting.running_at_most:
             self._slots.notify_all()
 
-    def _release_answered(self, lease: Lease, future: Future[None]) -> None:
-        """A failed message's queued release (``Intake.fail``) was answered."""
-        self._settled(lease, future.exception(), "failed")
+    def _release_answered(self, lease: Lease, outcome: str, future: Future[None]) -> None:
+        """A failed (or interrupted) message's queued release (``Intake.fail``) was answered."""
+        self._settled(lease, future.exception(), outcome)
 
     def _answered(self) -> None:
         with self._slots:  # a FIFO group's held-back message's release was answered

@@ -284,7 +284,7 @@ def test_probes_answer_and_readyz_turns_503_on_sigterm_while_the_job_finishes(
         assert live[0] == 200 and "process renewer" in live[1], live
         assert ready == (200, "ok: receiving\n")
         command.proc.send_signal(signal.SIGTERM)
-        command.err.wait_for(lambda lines: any("signal 15: stopping" in x for x in lines))
+        command.err.wait_for(lambda lines: any("SIGTERM: stopping" in x for x in lines))
         draining, alive = get(f"{probes}/readyz"), get(f"{probes}/livez")
         assert command.proc.poll() is None and not times(command.out.lines, "done")
         code = command.finish()

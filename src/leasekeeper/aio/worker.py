@@ -400,7 +400,7 @@ class AsyncWorker(Draining):
                 outcome, future = await self._fail(lease, exc)
             except BaseException as exc:  # KeyboardInterrupt, SystemExit: no failure
                 held.end()
-                outcome = self.intake.release_interrupted(lease, exc)  # at once
+                outcome, future = self.intake.release_interrupted(lease, exc)  # at once
                 raise  # it stops the loop, as it would have
             else:
                 held.end()

@@ -368,7 +368,7 @@ class Intake:
         release to wait for. A handler ``interrupted`` (``SystemExit``, a
         ``KeyboardInterrupt``) did not fail: ``release_interrupted``."""
         if interrupted(error):
-            return self.release_interrupted(lease, error), None
+            return self.release_interrupted(lease, error)
         if self.dead_lettered(lease, error):
             return "dead_lettered", None
         futures = self.release_failed(lease, error, self.ordering.take_rest(lease))
@@ -400,16 +400,20 @@ class Intake:
             failures.warn_released(lease, error, seconds, traceback=True)
         return futures
 
-    def release_interrupted(self, lease: Lease, error: BaseException) -> str:
+    def release_interrupted(
+        self, lease: Lease, error: BaseException
+    ) -> tuple[str, Future[None] | None]:
         """The handler was interrupted (``failures.interrupted``): its message goes back
         at once - on a FIFO queue with the later messages of its group the worker
         holds - never to the dead-letter queue, and counts ``interrupted``, not as a
         failure. Queued on the coalescer: nothing here waits (an event loop may call
-        it)."""
+        it); the release to wait for is returned, as ``fail`` returns a failure's (an
+        idle worker is one whose releases were answered)."""
         rest = self.ordering.take_rest(lease)
-        if self.ordering.release_together(lease, rest, 0.0, failed=True) is not None:
+        futures = self.ordering.release_together(lease, rest, 0.0, failed=True)
+        if futures is not None:
             say_interrupted(lease, error)
-        return "interrupted"
+        return "interrupted", futures[0] if futures else None
 
     def count(self, outcome: str, lease: Lease | None = None) -> None:
         """Count a finished message (``lease``'s), in total and for its queue."""

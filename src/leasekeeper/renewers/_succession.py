@@ -106,6 +106,15 @@ class Succession:
         self.replacing = False  # a takeover is under way: threads wait for it
         self.replaced = 0  # renewer processes that took over from one that died
 
+    @property
+    def taking_over(self) -> bool:
+        """A takeover is under way - or about to be: the current renewer's process has
+        ended and its reader has not seen the end of file yet (``gone`` then starts
+        the takeover, unless the manager closed or no renewer can be built)."""
+        link = self.link
+        dead = link is not None and not link.alive
+        return self.replacing or (dead and not (self._is_closed() or self._maker.unbuildable))
+
     # ------------------------------------------------------------------ the current one
 
     def current(self, stale: RenewerLink | None = None) -> RenewerLink | None:

@@ -249,9 +249,9 @@ class ProcessRenewer:
 
     @property
     def replacing(self) -> bool:
-        """A renewer process died and another is taking its leases over: not
-        ``running`` for that while (most of a second), but nothing is lost."""
-        return self._renewers.replacing
+        """A renewer process died and another is taking (or is about to take) its
+        leases over: not ``running`` for that while (most of a second), nothing lost."""
+        return self._renewers.taking_over
 
     @property
     def replaced(self) -> int:
