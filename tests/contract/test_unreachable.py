@@ -122,3 +122,46 @@ def test_the_command_ends_non_zero_in_bounded_time_naming_host_and_port(
     assert last.startswith("leasekeeper worker: error: cannot reach the queue "), last
     assert f"could not reach 127.0.0.1:{port} (" in last and "(tried for 3s)" in last
     assert not any(secret in result.stderr for secret in SECRETS)
+
+
+def receive_at_module_level(backend: Any) -> Any:
+    return leasekeeper.receive(backend, max_messages=1, wait_seconds=0)
+
+
+def receive_from_a_manager(backend: Any) -> Any:
+    with leasekeeper.LeaseManager(backend, renewer="thread") as manager:
+        return manager.receive(max_messages=1, wait_seconds=0)
+
+
+def receive_in_asyncio(backend: Any) -> Any:
+    import asyncio
+
+    from leasekeeper import aio
+
+    async def main() -> Any:
+        with leasekeeper.LeaseManager(backend, renewer="thread") as manager:
+            return await aio.receive(manager, max_messages=1, wait_seconds=0)
+
+    return asyncio.run(main())
+
+
+ONE_CALL_RECEIVES: dict[str, Callable[[Any], Any]] = {
+    "leasekeeper.receive": receive_at_module_level,
+    "LeaseManager.receive": receive_from_a_manager,
+    "aio.receive": receive_in_asyncio,
+}
+
+
+@pytest.mark.parametrize("form", list(ONE_CALL_RECEIVES))
+@pytest.mark.parametrize("service", list(BACKENDS))
+def test_a_one_call_receive_raises_at_once_naming_the_endpoint(service: str, form: str) -> None:
+    """The receives a program calls itself make one attempt and raise: the program
+    decides whether to try again (docs/guide.md, "When a service cannot be reached")."""
+    port = free_port()
+    started = time.monotonic()
+    with pytest.raises(ReceiveError) as raised:  # Redis: at connect
+        ONE_CALL_RECEIVES[form](BACKENDS[service](port))
+    assert raised.value.retryable
+    assert f"could not reach 127.0.0.1:{port} (" in str(raised.value), str(raised.value)
+    assert not any(secret in str(raised.value) for secret in SECRETS)
+    assert time.monotonic() - started < 15

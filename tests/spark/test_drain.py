@@ -15,6 +15,7 @@ import pytest
 from leasekeeper import LeaseConfig, Message
 from leasekeeper.spark import SQSSource, run_drain
 from tests.helpers import hold_the_gil
+from tests.services import free_port
 from tests.sqs.conftest import make_client
 
 pytestmark = pytest.mark.slow
@@ -406,3 +407,27 @@ def test_a_fifo_queue_is_drained_in_each_groups_order(
     assert {r["status"] for r in rows} == {"completed"} and len(rows) == 18
     assert {r["output"] for r in rows} == {'"a"', '"b"', '"c"'}
     assert queue_depth(client, url) == 0
+
+
+def test_a_queue_that_cannot_be_reached_fails_the_drain_naming_the_endpoint(
+    spark: Any, tmp_path: Path
+) -> None:
+    """docs/guide.md, "When a service cannot be reached": a task's receive that
+    fails fails the task; Spark tries it again up to spark.task.maxFailures times
+    (8 here), then the drain raises with the error that names host:port."""
+    port = free_port()
+    started = time.monotonic()
+    with pytest.raises(Exception) as raised:
+        run_drain(
+            spark,
+            queue=f"http://127.0.0.1:{port}/000000000000/jobs",
+            handler=print,
+            output=str(tmp_path / "out"),
+            partitions=2,
+            idle_seconds=1,
+        )
+    took = time.monotonic() - started
+    assert f"ReceiveError: SQS receive failed (retry): could not reach 127.0.0.1:{port} (" in str(
+        raised.value
+    )
+    assert took < 120, took  # 8 attempts of one refused connection each

@@ -21,6 +21,7 @@ import pytest
 from leasekeeper import LeaseConfig
 from leasekeeper.spark import AzureQueueSource, SQSSource, read_stream, register
 from leasekeeper.spark.stream_rows import COLUMNS
+from tests.services import free_port
 from tests.spark.cluster import descendants
 from tests.spark.test_drain import fill, queue_depth
 from tests.sqs.conftest import make_client
@@ -342,6 +343,33 @@ def test_read_stream_on_azurite(spark: Any, azurite: str, tmp_path: Path) -> Non
         with contextlib.suppress(Exception):
             admin.delete_queue()
         admin.close()
+
+
+def test_a_queue_never_reached_fails_the_query_naming_the_endpoint(
+    spark: Any, tmp_path: Path
+) -> None:
+    """docs/guide.md, "When a service cannot be reached": a query on a queue no
+    receive ever reached fails once REACH_WITHIN (20 s) has passed, with the error
+    that names host:port - it ran for ever, receiving and failing."""
+    port = free_port()
+    frame = read_stream(spark, queue=f"http://127.0.0.1:{port}/000000000000/jobs", config=CONFIG)
+    started = time.monotonic()
+    query = (
+        frame.writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start(str(tmp_path / "out"))
+    )
+    try:
+        with pytest.raises(Exception) as raised:
+            query.awaitTermination(QUERY_TIMEOUT)
+        took = time.monotonic() - started
+    finally:
+        query.stop()
+    assert type(raised.value).__name__ == "StreamingQueryException"
+    assert f"could not reach 127.0.0.1:{port} (" in str(raised.value)
+    assert "ReceiveError" in str(raised.value)
+    # 20 s of the rule; the rest is the query's start on a loaded machine.
+    assert took < 120, took
 
 
 def test_bad_options_fail_when_the_stream_is_loaded(spark: Any) -> None:

@@ -25,12 +25,14 @@ from leasekeeper.backends.base import ForwardingBackend
 from leasekeeper.backends.memory import MemoryQueue
 from leasekeeper.backends.sqs import SQSBackend
 from leasekeeper.errors import ReceiveError
+from leasekeeper.receiving import REACH_WITHIN
 from leasekeeper.spark import SQSSource
 from leasekeeper.spark.stream_driver import StreamDriver, StreamStopped
 from leasekeeper.spark.stream_options import StreamOptions
 from leasekeeper.spark.stream_rows import COLUMNS
+from leasekeeper.testing import ManualClock
 from tests.helpers import hold_the_gil
-from tests.services import CHILD_ENV, make_client
+from tests.services import CHILD_ENV, free_port, make_client
 from tests.sqs.conftest import make_queue
 
 __all__ = ["make_queue"]
@@ -383,6 +385,88 @@ def test_a_fatal_receive_error_fails_the_query(make_driver: Any) -> None:
     driver = make_driver(Gone(MemoryQueue(30)))
     with pytest.raises(ReceiveError, match="QueueDoesNotExist"):
         driver.latest_offset(B(0))
+
+
+class SlowToFail(ForwardingBackend):
+    """``inner``, on ``clock``: its receives fail while ``failing()`` says so, each
+    failure taking ``took`` seconds of the clock's time (a connect timeout, say), as
+    ``inner``'s own failure where it has one."""
+
+    def __init__(self, inner: Any, clock: ManualClock, took: float, failing: Any) -> None:
+        super().__init__(inner)
+        self.clock = clock
+        self.took = took
+        self.failing = failing
+        self.failures = 0
+
+    def receive(
+        self, max_messages: int = 1, wait_seconds: float = 0.0, visibility_timeout: Any = None
+    ) -> list[Message]:
+        if not self.failing(self.failures):
+            return super().receive(max_messages, wait_seconds, visibility_timeout)
+        self.clock.advance(self.took)
+        self.failures += 1
+        try:
+            super().receive(max_messages, wait_seconds, visibility_timeout)
+        except ReceiveError:
+            raise
+        raise ReceiveError("retry", "could not reach 127.0.0.1:1 (ConnectTimeoutError)")
+
+
+def test_a_queue_never_reached_fails_the_query_after_reach_within(make_driver: Any) -> None:
+    """docs/guide.md, "When a service cannot be reached": the reader's receives of a
+    queue no receive has reached stop REACH_WITHIN (clock time) after the reader's
+    start, and the query fails with the last failure, which names the endpoint - it
+    waited for ever. The real SDK, on a port nobody listens on."""
+    port = free_port()
+    refused = SQSBackend(make_client(f"http://127.0.0.1:{port}"), f"http://127.0.0.1:{port}/1/q")
+    clock = ManualClock()
+    backend = SlowToFail(refused, clock, took=7.0, failing=lambda _: True)
+    driver = make_driver(backend, renewer="thread")
+    started = clock.now()
+    with pytest.raises(ReceiveError) as raised:
+        driver.latest_offset(B(0))
+    assert raised.value.retryable
+    assert f"could not reach 127.0.0.1:{port} (" in str(raised.value)
+    # Tried until REACH_WITHIN had passed, then no more: 7 s, 14 s, 21 s.
+    assert backend.failures == 3 and clock.now() - started >= REACH_WITHIN
+    with pytest.raises(ReceiveError):
+        driver.latest_offset(B(0))  # and the next ask says the same, with no receive
+    assert backend.failures == 3
+
+
+def test_once_reached_an_outage_is_waited_out(make_driver: Any) -> None:
+    """Once a receive has had an answer, failures are retried however long they
+    last: the query waits the outage out."""
+    queue = MemoryQueue(30)
+    clock = ManualClock()
+    asked: list[int] = []
+
+    def failing(failures: int) -> bool:
+        # Answers once (empty), then fails for three minutes of clock time (a
+        # service restarted), then answers again, with a message sent meanwhile.
+        asked.append(failures)
+        if failures == 2:
+            queue.send("after the outage")
+        return len(asked) > 1 and failures < 3
+
+    backend = SlowToFail(queue, clock, took=60.0, failing=failing)
+    driver = make_driver(backend, renewer="thread")
+    started = clock.now()
+    offset = B(0)
+    for _ in range(5):  # an ask may give no batch while receives fail
+        offset = driver.latest_offset(B(0))
+        if offset == B(1):
+            break
+    assert offset == B(1) and backend.failures == 3
+    assert clock.now() - started >= 3 * 60 > REACH_WITHIN
+    assert [body for _, body in ids_and_bodies(driver.plan(B(0), B(1)))] == ["after the outage"]
+
+
+def ids_and_bodies(parts: list[list[tuple[Any, ...]]]) -> list[tuple[str, Any]]:
+    return [
+        (row[0], dict(zip(COLUMNS, row, strict=True))["body"]) for part in parts for row in part
+    ]
 
 
 def test_binary_bodies(make_driver: Any) -> None:

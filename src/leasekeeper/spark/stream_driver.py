@@ -206,7 +206,9 @@ class StreamDriver:
             self._committers = ThreadPoolExecutor(
                 self.options.receive_concurrency, thread_name_prefix="leasekeeper-stream-commit"
             )
-            self._prefetcher = Prefetcher(self._backend, self._manager, self.options, self._add)
+            self._prefetcher = Prefetcher(
+                self._backend, self._manager, self.options, self._add, self._clock
+            )
             if self._cutoff is not None:
                 self._prefetcher.available_now(self._cutoff)
             log.info("stream reader started on %r", self._backend)

@@ -18,7 +18,12 @@ of up to ``receive_concurrency`` receives at a time (no wait) while they keep
 bringing messages; never more than the buffer has room for. A receive that
 fails transiently is retried after 0.5, 1, 2, 4, then every 8 s; a fatal one
 (the queue is gone, the credentials are refused) stops the receiving and fails
-the query at its next ``take``. Under ``Trigger.AvailableNow`` a round that
+the query at its next ``take``. So does a queue that no receive has reached
+within ``REACH_WITHIN`` (20 s) of the receiving's start, with the last transient
+failure (which names the endpoint): a typo in a URL or an emulator not started
+fails the query rather than leaving it waiting for ever; once a receive has had
+an answer, an outage is waited out (docs/guide.md, "When a service cannot be
+reached"). Under ``Trigger.AvailableNow`` a round that
 brings nothing sent before the run began (or nothing at all) ends the
 receiving: later messages are the next run's.
 """
@@ -33,9 +38,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from leasekeeper.backends.contract import Backend
+from leasekeeper.clock import SYSTEM_CLOCK, Clock
 from leasekeeper.errors import LeaseTooShort, ReceiveError
 from leasekeeper.lease import Lease, LeaseState
 from leasekeeper.manager import LeaseManager
+from leasekeeper.receiving import REACH_WITHIN
 from leasekeeper.spark.stream_options import StreamOptions
 from leasekeeper.spark.stream_rows import sent_at
 
@@ -60,9 +67,15 @@ class Prefetcher:
     """The receiving thread and its buffer of leased messages; see the module docstring."""
 
     def __init__(
-        self, backend: Backend, manager: LeaseManager, options: StreamOptions, tally: Tally
+        self,
+        backend: Backend,
+        manager: LeaseManager,
+        options: StreamOptions,
+        tally: Tally,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.backend = backend
+        self.clock = clock  # measures REACH_WITHIN; the pauses are real time
         self.manager = manager
         self.options = options
         self.ahead = options.lease_ahead
@@ -78,6 +91,9 @@ class Prefetcher:
         self._empty_at = -math.inf  # when the last round that found nothing ended
         self._failing = False  # the last round's receives all failed
         self._failure: ReceiveError | None = None  # fatal: the query fails at take()
+        self._started_at = 0.0  # on self.clock, when the receiving started
+        self._reached = False  # a receive has had an answer (messages or none)
+        self._last_error: ReceiveError | None = None  # the last transient failure
         self._cutoff: float | None = None  # Trigger.AvailableNow: the run's start
         self._exhausted = False
         self._stopping = False
@@ -165,6 +181,7 @@ class Prefetcher:
         with self._lock:
             if self._thread is not None or self._stopping:
                 return
+            self._started_at = self.clock.now()
             self._thread = threading.Thread(
                 target=self._run, name="leasekeeper-stream-prefetch", daemon=True
             )
@@ -203,6 +220,8 @@ class Prefetcher:
                     self._failing = failed and not got
                     if not got and not failed:
                         self._empty_at = time.monotonic()
+                    if failed and not self._reached:
+                        self._failure = self._never_reached()
                     cutoff = self._cutoff
                     if cutoff is not None and (got or not failed):
                         # AvailableNow: a round of only later messages (or of none) ends it.
@@ -216,7 +235,7 @@ class Prefetcher:
                         self._changed.wait(IDLE_PAUSE)
                 if failed and not got:
                     with self._changed:  # back off, unless stopping
-                        self._changed.wait_for(lambda: self._stopping, pause)
+                        self._changed.wait_for(lambda: self._stopping, self._pause(pause))
                     pause = min(pause * 2, RECEIVE_RETRY_LIMIT)
                 else:
                     pause = FIRST_PAUSE
@@ -229,6 +248,26 @@ class Prefetcher:
             with self._changed:
                 self._failure = ReceiveError("fatal", f"{type(exc).__name__}: receiving stopped")
                 self._changed.notify_all()
+
+    def _never_reached(self) -> ReceiveError | None:
+        """The last transient failure, once ``REACH_WITHIN`` has passed since the
+        receiving started with no receive answered; else None. (Lock held.)"""
+        if self.clock.now() - self._started_at < REACH_WITHIN or self._last_error is None:
+            return None
+        log.error(
+            "no answer from the queue in %gs since the stream reader started, failing "
+            "the query: %s",
+            REACH_WITHIN,
+            self._last_error,
+        )
+        return self._last_error
+
+    def _pause(self, pause: float) -> float:
+        """The back-off after a failed round: ``pause``, or less where the queue was
+        never reached and ``REACH_WITHIN`` ends sooner (one more try then). (Lock held.)"""
+        if self._reached:
+            return pause
+        return max(0.0, min(pause, self._started_at + REACH_WITHIN - self.clock.now()))
 
     def _done(self) -> bool:
         return self._stopping or self._exhausted or self._failure is not None
@@ -268,7 +307,11 @@ class Prefetcher:
                 if not exc.retryable:
                     raise
                 log.warning("a receive failed (%s)", exc)
+                with self._lock:
+                    self._last_error = exc
                 return None
+            with self._lock:
+                self._reached = True
             leases: list[Lease] = []
             short = 0
             for message in messages:
